@@ -1,0 +1,99 @@
+"""Byte-level helpers shared by every protocol layer: Go-compatible uvarints
+and a bounds-checked reader.
+
+Decoders never trust a length they read: every `take` is checked against the
+bytes actually present, so a hostile frame can make a decode fail but never
+make it allocate or read past its buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_UVARINT_LEN = 10
+KEY_SIZE = 32
+SIG_SIZE = 64
+
+
+class DecodeError(ValueError):
+    """A received byte string does not follow the wire format."""
+
+
+def encode_uvarint(value: int) -> bytes:
+    """Minimal unsigned LEB128, as Go's binary.PutUvarint writes it."""
+    if value < 0 or value >= 1 << 64:
+        raise ValueError(f"uvarint out of range: {value}")
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def decode_uvarint(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
+    """Decode one uvarint the way Go's binary.Uvarint does.
+
+    Overlong (non-minimal) encodings are accepted, as Go accepts them; an
+    11th byte, a 10th byte above 1 and truncation are errors. Returns the
+    value and the offset just past it.
+    """
+    value = 0
+    shift = 0
+    end = len(buf)
+    for i in range(MAX_UVARINT_LEN):
+        pos = offset + i
+        if pos >= end:
+            raise DecodeError("truncated uvarint")
+        byte = buf[pos]
+        if byte < 0x80:
+            if i == MAX_UVARINT_LEN - 1 and byte > 1:
+                raise DecodeError("uvarint overflows 64 bits")
+            return value | (byte << shift), pos + 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    raise DecodeError("uvarint longer than 10 bytes")
+
+
+@dataclass
+class Reader:
+    """Sequential reader over one frame body; every read is bounds-checked."""
+
+    buf: bytes | bytearray | memoryview
+    pos: int = 0
+    end: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        if self.end < 0:
+            self.end = len(self.buf)
+
+    @property
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def take(self, size: int) -> bytes:
+        if size < 0 or size > self.remaining:
+            raise DecodeError(f"need {size} bytes, have {self.remaining}")
+        start = self.pos
+        self.pos += size
+        return bytes(self.buf[start:self.pos])
+
+    def uvarint(self) -> int:
+        value, self.pos = decode_uvarint(self.buf[:self.end], self.pos)
+        return value
+
+    def key(self) -> bytes:
+        return self.take(KEY_SIZE)
+
+    def sig(self) -> bytes:
+        return self.take(SIG_SIZE)
+
+    def rest(self) -> bytes:
+        return self.take(self.remaining)
+
+    def finish(self) -> None:
+        """Require the body to be consumed exactly, as ironwood's decoders do."""
+        if self.remaining:
+            raise DecodeError(f"{self.remaining} trailing bytes")
