@@ -1,0 +1,25 @@
+"""Delivery failures that the node reports to its callers.
+
+They live at the bottom of the package so that the bridge and the adapters
+can map them to HTTP statuses without knowing which layer raised them.
+"""
+
+
+class DeliveryError(Exception):
+    """A message could not be delivered; the text says why in one line."""
+
+
+class PeerUnreachable(DeliveryError):
+    """No route to the destination, or it refused the connection (HTTP 502)."""
+
+
+class ReceiverFull(DeliveryError):
+    """The destination's receive queue is full; nothing was dropped (HTTP 503)."""
+
+
+class DeliveryTimeout(DeliveryError):
+    """The destination did not acknowledge in time (HTTP 504)."""
+
+
+class MessageTooLarge(DeliveryError):
+    """The payload exceeds max_message_size (HTTP 413)."""
