@@ -1,0 +1,1 @@
+"""The IPv6 packet device between the local TCP stack and the overlay."""

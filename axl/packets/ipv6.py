@@ -1,0 +1,88 @@
+"""Minimal IPv6 header helpers shared by the packet device and the TCP stack.
+
+Only what the overlay needs: read the fixed 40-byte header, build one, and
+compute the RFC 2460 / RFC 4443 pseudo-header checksum used by ICMPv6 and
+TCP over IPv6. Extension headers are not interpreted; callers treat the
+header's next-header field as opaque unless they know it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from axl.wire import DecodeError
+
+HEADER_SIZE = 40
+ADDRESS_SIZE = 16
+NEXT_HEADER_TCP = 6
+NEXT_HEADER_ICMPV6 = 58
+DEFAULT_HOP_LIMIT = 64
+
+_HEADER = struct.Struct("!IHBB16s16s")
+
+
+@dataclass(frozen=True)
+class IPv6Header:
+    """The fixed IPv6 header fields (RFC 8200 section 3)."""
+
+    src: bytes
+    dst: bytes
+    next_header: int
+    payload_length: int
+    hop_limit: int = DEFAULT_HOP_LIMIT
+    traffic_class: int = 0
+    flow_label: int = 0
+
+    def encode(self) -> bytes:
+        first_word = (6 << 28) | (self.traffic_class << 20) | self.flow_label
+        return _HEADER.pack(
+            first_word, self.payload_length, self.next_header, self.hop_limit,
+            self.src, self.dst,
+        )
+
+
+def parse_header(packet: bytes) -> IPv6Header:
+    """Decode the fixed header; DecodeError if it is short or not version 6.
+
+    The payload length is returned as written; callers decide whether it must
+    match the bytes present.
+    """
+    if len(packet) < HEADER_SIZE:
+        raise DecodeError("IPv6 packet shorter than its header")
+    first_word, length, next_header, hop_limit, src, dst = _HEADER.unpack_from(packet)
+    if first_word >> 28 != 6:
+        raise DecodeError("not an IPv6 packet")
+    return IPv6Header(
+        src=src, dst=dst, next_header=next_header, payload_length=length,
+        hop_limit=hop_limit, traffic_class=(first_word >> 20) & 0xFF,
+        flow_label=first_word & 0xFFFFF,
+    )
+
+
+def build_packet(src: bytes, dst: bytes, next_header: int, payload: bytes,
+                 hop_limit: int = DEFAULT_HOP_LIMIT) -> bytes:
+    """Header plus payload, with the payload length filled in."""
+    header = IPv6Header(src=src, dst=dst, next_header=next_header,
+                        payload_length=len(payload), hop_limit=hop_limit)
+    return header.encode() + payload
+
+
+def pseudo_header(src: bytes, dst: bytes, length: int, next_header: int) -> bytes:
+    """The 40-byte pseudo-header upper-layer checksums cover (RFC 8200 8.1)."""
+    if len(src) != ADDRESS_SIZE or len(dst) != ADDRESS_SIZE:
+        raise ValueError("IPv6 addresses are 16 bytes")
+    return src + dst + struct.pack("!I3xB", length, next_header)
+
+
+def internet_checksum(data: bytes) -> int:
+    """RFC 1071 ones'-complement checksum of `data` (odd length zero-padded).
+
+    A buffer that already contains a correct checksum sums to 0.
+    """
+    if len(data) % 2:
+        data = data + b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
