@@ -1,0 +1,80 @@
+"""The NaCl primitives of ironwood's encrypted layer (YGGDRASIL.md section f).
+
+Ed25519 keys are converted to X25519 the way libsodium and Go's e2c do;
+packets are XSalsa20-Poly1305 boxes over a precomputed (HSalsa20) shared key,
+with the 16-byte tag in front and a nonce of 16 zero bytes and a u64be counter.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+import nacl.bindings as sodium
+from nacl.exceptions import CryptoError
+
+BOX_KEY_SIZE = 32
+BOX_OVERHEAD = 16
+_NONCE_PREFIX = bytes(16)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """An X25519 key pair; the private half is used as a raw scalar (X25519 clamps)."""
+
+    public: bytes
+    private: bytes
+
+    @classmethod
+    def from_private(cls, private: bytes) -> "KeyPair":
+        return cls(public=sodium.crypto_scalarmult_base(private), private=private)
+
+
+KeyPairFactory = Callable[[], KeyPair]
+
+
+def random_key_pair() -> KeyPair:
+    return KeyPair.from_private(os.urandom(BOX_KEY_SIZE))
+
+
+def curve_public_key(ed_public: bytes) -> bytes | None:
+    """The X25519 public key of an Ed25519 key, or None for a key libsodium
+    rejects (off the curve or of small order): nobody could own its secret."""
+    try:
+        return sodium.crypto_sign_ed25519_pk_to_curve25519(ed_public)
+    except CryptoError:
+        return None
+
+
+def curve_private_key(seed: bytes, ed_public: bytes) -> bytes:
+    """SHA-512(seed)[:32], the scalar Go's e2c derives (unclamped)."""
+    return sodium.crypto_sign_ed25519_sk_to_curve25519(seed + ed_public)
+
+
+def shared_key(public: bytes, private: bytes) -> bytes | None:
+    """crypto_box_beforenm, or None when the peer's key yields the all-zero
+    point (libsodium refuses it; only a hostile peer sends one)."""
+    try:
+        return sodium.crypto_box_beforenm(public, private)
+    except CryptoError:
+        return None
+
+
+def box_nonce(counter: int) -> bytes:
+    return _NONCE_PREFIX + struct.pack("!Q", counter)
+
+
+def seal(message: bytes, counter: int, key: bytes) -> bytes:
+    return sodium.crypto_box_afternm(message, box_nonce(counter), key)
+
+
+def open_box(boxed: bytes, counter: int, key: bytes) -> bytes | None:
+    """The plaintext, or None if the tag does not verify."""
+    if len(boxed) < BOX_OVERHEAD:
+        return None
+    try:
+        return sodium.crypto_box_open_afternm(boxed, box_nonce(counter), key)
+    except CryptoError:
+        return None

@@ -1,0 +1,362 @@
+"""End-to-end encrypted sessions, byte-compatible with ironwood's `encrypted`
+package (YGGDRASIL.md section f, YGGDRASIL-DETAILS.md G12).
+
+Each side holds three key pairs of its own (recv, send, next) and the
+remote's two public keys (current, next). Key sequence numbers in every
+Traffic packet tell the receiver which pair of keys sealed it; a packet
+sealed to the remote's *next* key means the remote has moved on, so the
+receiver ratchets too. Anything the receiver cannot place or decrypt
+triggers a fresh Init, which is how two sides that lost state heal.
+
+The state machine mirrors Go's exactly, including its quirks (an Ack with
+no session is treated as an Init; traffic from a stranger is answered with
+an Init made of keys that are forgotten at once), because convergence with
+Go nodes depends on both sides making the same moves.
+
+Memory is bounded: at most `max_sessions` sessions (default 4096, a few KiB
+each) and `max_buffers` send buffers (default 256, one packet each, so at
+most 16 MiB of 64 KiB packets) are kept; the least recently used is evicted
+when a new one is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+from axl.identity import NodeIdentity
+from axl.sessions.crypto import (
+    BOX_KEY_SIZE, BOX_OVERHEAD, KeyPair, KeyPairFactory, curve_private_key, open_box,
+    random_key_pair, seal, shared_key,
+)
+from axl.sessions.handshake import (
+    TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, Handshake, open_handshake, seal_handshake,
+)
+from axl.wire import KEY_SIZE, DecodeError, decode_uvarint, encode_uvarint
+
+log = logging.getLogger(__name__)
+
+SESSION_TIMEOUT = 60.0
+RATCHET_INTERVAL = 60.0
+DEFAULT_MAX_SESSIONS = 4096
+DEFAULT_MAX_BUFFERS = 256
+TRAFFIC_OVERHEAD_MIN = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
+_U64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class SendPacket:
+    """Hand `packet` to the router for delivery to `dest_key`."""
+
+    dest_key: bytes
+    packet: bytes
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """A decrypted message from `source_key` for the layer above."""
+
+    source_key: bytes
+    message: bytes
+
+
+Action = SendPacket | Deliver
+
+
+@dataclass
+class _Buffer:
+    """The one packet waiting for a handshake, and the keys the Init offered."""
+
+    init: Handshake
+    current: KeyPair
+    next: KeyPair
+    data: bytes
+    expires: float
+
+
+@dataclass
+class _Session:
+    """Per-remote session state (ironwood's sessionInfo)."""
+
+    remote: bytes
+    seq: int
+    current: bytes
+    next: bytes
+    recv: KeyPair
+    send: KeyPair
+    next_own: KeyPair
+    expires: float
+    remote_key_seq: int = 0
+    local_key_seq: int = 0
+    recv_nonce: int = 0
+    send_nonce: int = 0
+    next_send_nonce: int = 0
+    next_recv_nonce: int = 0
+    rotated: float | None = None
+    recv_shared: bytes = b""
+    send_shared: bytes = b""
+    next_send_shared: bytes = b""
+    next_recv_shared: bytes = b""
+    shared_ok: bool = False
+
+    def fix_shared(self, recv_nonce: int, send_nonce: int) -> None:
+        """Recompute the four shared keys after any key change; the nonces
+        for the remote's next key restart because that key is new to us."""
+        keys = (
+            shared_key(self.current, self.recv.private),
+            shared_key(self.current, self.send.private),
+            shared_key(self.next, self.send.private),
+            shared_key(self.next, self.recv.private),
+        )
+        self.shared_ok = all(k is not None for k in keys)
+        self.recv_shared, self.send_shared, self.next_send_shared, self.next_recv_shared = (
+            k or b"" for k in keys
+        )
+        self.next_send_nonce = self.next_recv_nonce = 0
+        self.recv_nonce, self.send_nonce = recv_nonce, send_nonce
+
+    def rotate_own(self, fresh: KeyPair) -> None:
+        self.recv, self.send, self.next_own = self.send, self.next_own, fresh
+        self.local_key_seq += 1
+
+
+class SessionManager:
+    """Sans-IO session layer: feed it sends, received packets and ticks; it
+    answers with SendPacket and Deliver actions."""
+
+    def __init__(self, identity: NodeIdentity, *, key_pairs: KeyPairFactory = random_key_pair,
+                 max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 max_buffers: int = DEFAULT_MAX_BUFFERS) -> None:
+        self.identity = identity
+        self._new_keys = key_pairs
+        self._curve_private = curve_private_key(identity.seed, identity.public_key)
+        self._sessions: OrderedDict[bytes, _Session] = OrderedDict()
+        self._buffers: OrderedDict[bytes, _Buffer] = OrderedDict()
+        self._max_sessions = max_sessions
+        self._max_buffers = max_buffers
+        self.dropped: Counter[str] = Counter()
+
+    def session_keys(self) -> list[bytes]:
+        return list(self._sessions)
+
+    def send(self, dest_key: bytes, message: bytes, now: float) -> list[Action]:
+        session = self._live_session(dest_key, now)
+        if session is not None:
+            return self._seal_traffic(session, message, now)
+        return self._buffer_and_init(dest_key, message, now)
+
+    def receive(self, source_key: bytes, packet: bytes, now: float) -> list[Action]:
+        """Handle one encrypted-layer packet; malformed input is dropped."""
+        if len(source_key) != KEY_SIZE or not packet:
+            self.dropped["malformed"] += 1
+            return []
+        kind = packet[0]
+        if kind in (TYPE_INIT, TYPE_ACK):
+            fields = open_handshake(packet, source_key, self._curve_private)
+            if fields is None:
+                self.dropped["bad_handshake"] += 1
+                return []
+            if kind == TYPE_INIT:
+                return self._handle_init(source_key, fields, now)
+            return self._handle_ack(source_key, fields, now)
+        if kind == TYPE_TRAFFIC:
+            return self._handle_traffic(source_key, packet, now)
+        self.dropped["unknown_type"] += 1
+        return []
+
+    def tick(self, now: float) -> list[Action]:
+        """Forget sessions and buffers whose 60 s timer has run out."""
+        for table in (self._sessions, self._buffers):
+            for key in [k for k, v in table.items() if v.expires <= now]:
+                del table[key]
+        return []
+
+    # --- lookup and bounded tables -------------------------------------
+
+    def _live_session(self, key: bytes, now: float) -> _Session | None:
+        session = self._sessions.get(key)
+        if session is not None and session.expires <= now:
+            del self._sessions[key]
+            return None
+        if session is not None:
+            self._sessions.move_to_end(key)
+        return session
+
+    def _live_buffer(self, key: bytes, now: float) -> _Buffer | None:
+        buffer = self._buffers.get(key)
+        if buffer is not None and buffer.expires <= now:
+            del self._buffers[key]
+            return None
+        return buffer
+
+    def _store_session(self, session: _Session) -> None:
+        while len(self._sessions) >= self._max_sessions:
+            evicted, _ = self._sessions.popitem(last=False)
+            log.debug("session table full, evicting %s", evicted.hex())
+        self._sessions[session.remote] = session
+
+    def _store_buffer(self, key: bytes, buffer: _Buffer) -> None:
+        while len(self._buffers) >= self._max_buffers:
+            self._buffers.popitem(last=False)
+        self._buffers[key] = buffer
+
+    # --- handshakes -----------------------------------------------------
+
+    def _send_handshake(self, kind: int, dest: bytes, fields: Handshake) -> list[Action]:
+        packet = seal_handshake(kind, fields, self.identity, dest, self._new_keys())
+        if packet is None:
+            self.dropped["bad_remote_key"] += 1
+            return []
+        return [SendPacket(dest, packet)]
+
+    def _own_handshake(self, session: _Session, now: float) -> Handshake:
+        return Handshake(current=session.send.public, next=session.next_own.public,
+                         key_seq=session.local_key_seq, seq=int(now))
+
+    def _buffer_and_init(self, dest: bytes, message: bytes, now: float) -> list[Action]:
+        buffer = self._live_buffer(dest, now)
+        if buffer is None:
+            current, next_pair = self._new_keys(), self._new_keys()
+            init = Handshake(current=current.public, next=next_pair.public, key_seq=0,
+                             seq=int(now))
+            buffer = _Buffer(init=init, current=current, next=next_pair, data=message,
+                             expires=now + SESSION_TIMEOUT)
+            self._store_buffer(dest, buffer)
+        buffer.data = message
+        buffer.expires = now + SESSION_TIMEOUT
+        return self._send_handshake(TYPE_INIT, dest, buffer.init)
+
+    def _session_for_handshake(self, remote: bytes, fields: Handshake,
+                               now: float) -> tuple[_Session, _Buffer | None]:
+        """The existing session, or a new one; a new one adopts the keys a
+        pending Init already offered, so that Init and this handshake agree."""
+        session = self._live_session(remote, now)
+        if session is not None:
+            return session, None
+        buffer = self._buffers.pop(remote, None)
+        if buffer is not None and buffer.expires <= now:
+            buffer = None
+        recv = self._new_keys()
+        if buffer is not None:
+            send, next_own = buffer.current, buffer.next
+        else:
+            send, next_own = self._new_keys(), self._new_keys()
+        session = _Session(remote=remote, seq=(fields.seq - 1) % _U64, current=fields.current,
+                           next=fields.next, recv=recv, send=send, next_own=next_own,
+                           expires=now + SESSION_TIMEOUT)
+        session.fix_shared(0, 0)
+        self._store_session(session)
+        return session, buffer
+
+    def _update(self, session: _Session, fields: Handshake, now: float) -> None:
+        session.current, session.next = fields.current, fields.next
+        session.seq = fields.seq
+        session.remote_key_seq = fields.key_seq
+        session.rotate_own(self._new_keys())
+        session.fix_shared(0, session.send_nonce)
+        session.expires = now + SESSION_TIMEOUT
+
+    def _handle_init(self, remote: bytes, fields: Handshake, now: float) -> list[Action]:
+        session, buffer = self._session_for_handshake(remote, fields, now)
+        actions: list[Action] = []
+        if fields.seq > session.seq:
+            self._update(session, fields, now)
+            actions += self._send_handshake(TYPE_ACK, remote, self._own_handshake(session, now))
+        return actions + self._flush(session, buffer, now)
+
+    def _handle_ack(self, remote: bytes, fields: Handshake, now: float) -> list[Action]:
+        session = self._live_session(remote, now)
+        if session is None:
+            return self._handle_init(remote, fields, now)
+        if fields.seq > session.seq:
+            self._update(session, fields, now)
+        return []
+
+    def _flush(self, session: _Session, buffer: _Buffer | None, now: float) -> list[Action]:
+        if buffer is None:
+            return []
+        return self._seal_traffic(session, buffer.data, now)
+
+    # --- traffic ----------------------------------------------------------
+
+    def _seal_traffic(self, session: _Session, message: bytes, now: float) -> list[Action]:
+        session.send_nonce += 1
+        if session.send_nonce == _U64:
+            session.rotate_own(self._new_keys())
+            session.fix_shared(0, 0)
+        if not session.shared_ok:
+            self.dropped["bad_remote_key"] += 1
+            return []
+        header = (bytes((TYPE_TRAFFIC,)) + encode_uvarint(session.local_key_seq)
+                  + encode_uvarint(session.remote_key_seq) + encode_uvarint(session.send_nonce))
+        boxed = seal(session.next_own.public + message, session.send_nonce, session.send_shared)
+        session.expires = now + SESSION_TIMEOUT
+        return [SendPacket(session.remote, header + boxed)]
+
+    def _handle_traffic(self, remote: bytes, packet: bytes, now: float) -> list[Action]:
+        session = self._live_session(remote, now)
+        if session is None:
+            throwaway = Handshake(current=self._new_keys().public, next=self._new_keys().public,
+                                  key_seq=0, seq=int(now))
+            return self._send_handshake(TYPE_INIT, remote, throwaway)
+        if len(packet) < TRAFFIC_OVERHEAD_MIN:
+            self.dropped["short"] += 1
+            return []
+        try:
+            remote_key_seq, offset = decode_uvarint(packet, 1)
+            local_key_seq, offset = decode_uvarint(packet, offset)
+            nonce, offset = decode_uvarint(packet, offset)
+        except DecodeError:
+            self.dropped["malformed"] += 1
+            return []
+        return self._open_traffic(session, remote_key_seq, local_key_seq, nonce,
+                                  packet[offset:], now)
+
+    def _open_traffic(self, session: _Session, remote_key_seq: int, local_key_seq: int,
+                      nonce: int, boxed: bytes, now: float) -> list[Action]:
+        from_current = remote_key_seq == session.remote_key_seq
+        from_next = remote_key_seq == session.remote_key_seq + 1
+        to_recv = local_key_seq + 1 == session.local_key_seq
+        to_send = local_key_seq == session.local_key_seq
+        if from_current and to_recv:
+            last, key = session.recv_nonce, session.recv_shared
+        elif from_next and to_send:
+            last, key = session.next_send_nonce, session.next_send_shared
+        elif from_next and to_recv:
+            last, key = session.next_recv_nonce, session.next_recv_shared
+        else:
+            return self._send_handshake(TYPE_INIT, session.remote,
+                                        self._own_handshake(session, now))
+        if nonce <= last:
+            self.dropped["replay"] += 1
+            return []
+        plain = open_box(boxed, nonce, key) if session.shared_ok else None
+        if plain is None:
+            return self._send_handshake(TYPE_INIT, session.remote,
+                                        self._own_handshake(session, now))
+        if len(plain) < BOX_KEY_SIZE:
+            self.dropped["short"] += 1
+            return []
+        inner_next, message = plain[:BOX_KEY_SIZE], plain[BOX_KEY_SIZE:]
+        self._after_decrypt(session, from_current, to_send, nonce, inner_next, now)
+        return [Deliver(session.remote, message)]
+
+    def _after_decrypt(self, session: _Session, from_current: bool, to_send: bool,
+                       nonce: int, inner_next: bytes, now: float) -> None:
+        """Advance the nonce of the key used and, if it was the remote's next
+        key and the last ratchet is over a minute old, ratchet both sides."""
+        if from_current:
+            session.recv_nonce = nonce
+        elif to_send:
+            session.next_send_nonce = nonce
+        else:
+            session.next_recv_nonce = nonce
+        ratchet_due = session.rotated is None or now - session.rotated > RATCHET_INTERVAL
+        if not from_current and ratchet_due:
+            session.current, session.next = session.next, inner_next
+            session.remote_key_seq += 1
+            session.rotate_own(self._new_keys())
+            session.fix_shared(nonce, 0)
+            session.rotated = now
+        session.expires = now + SESSION_TIMEOUT
