@@ -1,0 +1,250 @@
+"""Two session managers talking through a function: handshakes, ratchets,
+loss of state, and hostile input."""
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from axl.identity import NodeIdentity
+from axl.sessions import Deliver, KeyPair, SendPacket, SessionManager
+from axl.sessions.handshake import TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, open_handshake
+from axl.wire import decode_uvarint
+
+T0 = 1_700_000_000.0
+
+
+def seeded_keys(seed: int):
+    rng = random.Random(seed)
+    return lambda: KeyPair.from_private(rng.randbytes(32))
+
+
+def node(n: int, **kwargs) -> SessionManager:
+    ident = NodeIdentity.from_seed(bytes([n]) * 32)
+    return SessionManager(ident, key_pairs=seeded_keys(n), **kwargs)
+
+
+@dataclass
+class Net:
+    """Delivers SendPacket actions to the other manager until nothing moves."""
+
+    nodes: dict[bytes, SessionManager]
+    delivered: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
+    packets: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
+
+    def run(self, sender: bytes, actions, now: float) -> None:
+        queue = [(sender, a) for a in actions]
+        while queue:
+            source, action = queue.pop(0)
+            if isinstance(action, Deliver):
+                self.delivered.append((source, action.source_key, action.message))
+                continue
+            self.packets.append((source, action.dest_key, action.packet))
+            dest = self.nodes[action.dest_key]
+            queue += [(action.dest_key, a) for a in dest.receive(source, action.packet, now)]
+
+    def messages_at(self, key: bytes) -> list[bytes]:
+        return [m for at, _, m in self.delivered if at == key]
+
+
+def pair(**kwargs):
+    a, b = node(1, **kwargs), node(2, **kwargs)
+    return a, b, Net({a.identity.public_key: a, b.identity.public_key: b})
+
+
+def key(m: SessionManager) -> bytes:
+    return m.identity.public_key
+
+
+def handshake(a, b, net, now=T0):
+    net.run(key(a), a.send(key(b), b"hello", now), now)
+    assert net.messages_at(key(b)) == [b"hello"]
+
+
+def test_handshake_and_data_both_ways():
+    a, b, net = pair()
+    handshake(a, b, net)
+    kinds = [p[2][0] for p in net.packets]
+    assert kinds[:2] == [TYPE_INIT, TYPE_ACK]
+    assert all(len(p[2]) == 193 for p in net.packets if p[2][0] in (TYPE_INIT, TYPE_ACK))
+    net.run(key(b), b.send(key(a), b"reply", T0 + 1), T0 + 1)
+    net.run(key(a), a.send(key(b), b"again", T0 + 2), T0 + 2)
+    assert net.messages_at(key(a)) == [b"reply"]
+    assert net.messages_at(key(b)) == [b"hello", b"again"]
+    assert a.session_keys() == [key(b)] and b.session_keys() == [key(a)]
+
+
+def test_long_conversation_ratchets_at_most_once_a_minute():
+    a, b, net = pair()
+    handshake(a, b, net)
+    seqs = []
+    for step in range(1, 200):
+        now = T0 + step * 2
+        sender, receiver = (a, b) if step % 2 else (b, a)
+        net.run(key(sender), sender.send(key(receiver), b"m%d" % step, now), now)
+        seqs.append((now, a._sessions[key(b)].local_key_seq))
+    assert len(net.delivered) == 200
+    changes = [now for (now, s), (_, prev) in zip(seqs[1:], seqs) if s != prev]
+    assert len(changes) >= 5
+    assert all(later - earlier > 60 for earlier, later in zip(changes, changes[1:]))
+    assert sum(1 for p in net.packets if p[2][0] != TYPE_TRAFFIC) == 3
+
+
+def test_reordered_packet_is_dropped_silently():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [first] = a.send(key(b), b"one", T0 + 1)
+    [second] = a.send(key(b), b"two", T0 + 1)
+    assert b.receive(key(a), second.packet, T0 + 1) == [Deliver(key(a), b"two")]
+    assert b.receive(key(a), first.packet, T0 + 1) == []
+    assert b.dropped["replay"] == 1
+
+
+def test_replay_is_dropped_silently():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [packet] = a.send(key(b), b"once", T0 + 1)
+    assert b.receive(key(a), packet.packet, T0 + 1) == [Deliver(key(a), b"once")]
+    assert b.receive(key(a), packet.packet, T0 + 1) == []
+
+
+def test_self_healing_after_restart():
+    """As with Go: the first packet meets a stranger (throwaway Init), the
+    second fails to decrypt (Init with real keys); from the third on the
+    sessions agree again."""
+    a, b, net = pair()
+    handshake(a, b, net)
+    restarted = node(2)
+    restarted._new_keys = seeded_keys(99)
+    net.nodes[key(b)] = restarted
+    for i in range(4):
+        now = T0 + 5 + i
+        net.run(key(a), a.send(key(b), b"m%d" % i, now), now)
+    assert net.messages_at(key(b)) == [b"hello", b"m2", b"m3"]
+    net.run(key(b), restarted.send(key(a), b"back", T0 + 10), T0 + 10)
+    assert net.messages_at(key(a)) == [b"back"]
+
+
+def test_simultaneous_init():
+    a, b, net = pair()
+    from_a = a.send(key(b), b"from a", T0)
+    from_b = b.send(key(a), b"from b", T0)
+    net.run(key(a), from_a, T0)
+    net.run(key(b), from_b, T0)
+    for step in range(1, 5):
+        now = T0 + step
+        net.run(key(a), a.send(key(b), b"a%d" % step, now), now)
+        net.run(key(b), b.send(key(a), b"b%d" % step, now), now)
+    assert net.messages_at(key(b))[-3:] == [b"a2", b"a3", b"a4"]
+    assert net.messages_at(key(a))[-3:] == [b"b2", b"b3", b"b4"]
+    assert b"from a" in net.messages_at(key(b)) and b"from b" in net.messages_at(key(a))
+
+
+def test_send_buffer_keeps_only_the_newest_and_resends_init():
+    a, b, net = pair()
+    [init1] = a.send(key(b), b"first", T0)
+    [init2] = a.send(key(b), b"second", T0 + 3)
+    assert init1.packet != init2.packet and init1.packet[0] == init2.packet[0] == TYPE_INIT
+    b_private = b._curve_private
+    fields1 = open_handshake(init1.packet, key(a), b_private)
+    fields2 = open_handshake(init2.packet, key(a), b_private)
+    assert fields1 == fields2 and fields1.seq == int(T0)
+    net.run(key(a), [init2], T0 + 3)
+    assert net.messages_at(key(b)) == [b"second"]
+
+
+def test_session_and_buffer_expire():
+    a, b, net = pair()
+    handshake(a, b, net)
+    assert a.tick(T0 + 59) == [] and a.session_keys() == [key(b)]
+    a.tick(T0 + 61)
+    assert a.session_keys() == []
+    a.send(key(b), b"buffered", T0 + 100)
+    assert key(b) in a._buffers
+    a.tick(T0 + 161)
+    assert not a._buffers
+
+
+def test_expired_session_is_not_used_before_tick():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [action] = a.send(key(b), b"late", T0 + 61)
+    assert action.packet[0] == TYPE_INIT
+
+
+def test_traffic_without_session_gets_throwaway_init():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [traffic] = a.send(key(b), b"x", T0 + 1)
+    stranger = node(3)
+    [reply] = stranger.receive(key(a), traffic.packet, T0 + 1)
+    assert reply.dest_key == key(a) and reply.packet[0] == TYPE_INIT
+    assert len(reply.packet) == 193
+    assert stranger.session_keys() == [] and not stranger._buffers
+
+
+def test_unknown_key_combination_and_bad_decrypt_send_init():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [traffic] = a.send(key(b), b"x", T0 + 1)
+    tampered = traffic.packet[:-1] + bytes([traffic.packet[-1] ^ 1])
+    [reply] = b.receive(key(a), tampered, T0 + 1)
+    assert reply.packet[0] == TYPE_INIT
+    unknown_seq = bytes([TYPE_TRAFFIC, 90, 90]) + traffic.packet[3:]
+    [reply] = b.receive(key(a), unknown_seq, T0 + 1)
+    assert reply.packet[0] == TYPE_INIT
+
+
+def test_short_traffic_dropped_without_init():
+    a, b, net = pair()
+    handshake(a, b, net)
+    [traffic] = a.send(key(b), b"", T0 + 1)
+    assert len(traffic.packet) == 52
+    assert b.receive(key(a), traffic.packet[:51], T0 + 1) == []
+    assert b.dropped["short"] == 1
+
+
+def test_nonce_overflow_rotates_keys():
+    a, b, net = pair()
+    handshake(a, b, net)
+    session = a._sessions[key(b)]
+    before = session.local_key_seq
+    session.send_nonce = (1 << 64) - 1
+    [packet] = a.send(key(b), b"wrap", T0 + 1)
+    assert session.local_key_seq == before + 1
+    offset = 1
+    for _ in range(2):
+        _, offset = decode_uvarint(packet.packet, offset)
+    assert decode_uvarint(packet.packet, offset)[0] == 0
+
+
+def test_session_table_is_bounded_lru():
+    hub = node(10, max_sessions=2)
+    others = [node(n) for n in (11, 12, 13)]
+    net = Net({key(m): m for m in [hub, *others]})
+    for i, other in enumerate(others):
+        net.run(key(hub), hub.send(key(other), b"hi", T0 + i), T0 + i)
+    assert hub.session_keys() == [key(others[1]), key(others[2])]
+
+
+def test_buffer_table_is_bounded():
+    hub = node(10, max_buffers=2)
+    for n in (11, 12, 13):
+        hub.send(NodeIdentity.from_seed(bytes([n]) * 32).public_key, b"x", T0)
+    assert len(hub._buffers) == 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_garbage_never_raises(seed):
+    rng = random.Random(seed)
+    a, b, net = pair()
+    handshake(a, b, net)
+    for _ in range(400):
+        kind = rng.choice([0, 1, 2, 3, 4, 255])
+        length = rng.choice([0, 1, 5, 51, 52, 60, 192, 193, 194, 300])
+        packet = bytes([kind]) + rng.randbytes(length) if length else b""
+        source = rng.choice([key(a), rng.randbytes(32), rng.randbytes(5), bytes(32)])
+        for action in b.receive(source, packet, T0 + 1):
+            assert isinstance(action, SendPacket)
+    overlong = bytes([TYPE_TRAFFIC]) + b"\xff" * 60
+    assert b.receive(key(a), overlong, T0 + 1) == []
