@@ -1,0 +1,256 @@
+"""Bodies of the ironwood link frames of types 2-9, and the bytes they sign.
+
+Every decoder consumes its body exactly (traffic's payload is "the rest"),
+so a frame Go would reject is rejected here too. Paths are coordinates: a
+list of uvarint ports ended by a 0; ports are never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from axl.identity import verify
+from axl.routing.bloom import BloomFilter
+from axl.wire import DecodeError, Reader, encode_uvarint
+
+MAX_FRAME_LEN = 131070
+MAX_WATERMARK = (1 << 64) - 1
+
+TYPE_DUMMY = 0
+TYPE_KEEPALIVE = 1
+TYPE_SIGREQ = 2
+TYPE_SIGRES = 3
+TYPE_ANNOUNCE = 4
+TYPE_BLOOM = 5
+TYPE_PATH_LOOKUP = 6
+TYPE_PATH_NOTIFY = 7
+TYPE_PATH_BROKEN = 8
+TYPE_TRAFFIC = 9
+
+QUEUED_TYPES = frozenset({TYPE_PATH_LOOKUP, TYPE_PATH_NOTIFY, TYPE_PATH_BROKEN, TYPE_TRAFFIC})
+
+
+def encode_frame(ftype: int, body: bytes) -> bytes:
+    """uvarint(N) || type || body, with N counting the type byte."""
+    return encode_uvarint(len(body) + 1) + bytes((ftype,)) + body
+
+
+def encode_path(path: list[int]) -> bytes:
+    if any(port <= 0 for port in path):
+        raise ValueError("a path port must be at least 1")
+    return b"".join(encode_uvarint(port) for port in path) + b"\x00"
+
+
+def read_path(reader: Reader) -> list[int]:
+    """Ports up to the 0 terminator; each port costs at least one byte, so this is bounded."""
+    path = []
+    while True:
+        port = reader.uvarint()
+        if port == 0:
+            return path
+        path.append(port)
+
+
+def sig_bytes(node: bytes, parent: bytes, seq: int, nonce: int, port: int) -> bytes:
+    """What both the parent (psig) and the node (sig) sign for a tree info."""
+    return node + parent + encode_uvarint(seq) + encode_uvarint(nonce) + encode_uvarint(port)
+
+
+def notify_info_bytes(seq: int, path: list[int]) -> bytes:
+    """What a PathNotify's source signs: its seq and its coordinates."""
+    return encode_uvarint(seq) + encode_path(path)
+
+
+@dataclass(frozen=True)
+class SigReq:
+    seq: int
+    nonce: int
+
+    def encode(self) -> bytes:
+        return encode_uvarint(self.seq) + encode_uvarint(self.nonce)
+
+    @classmethod
+    def decode(cls, body: bytes) -> "SigReq":
+        reader = Reader(body)
+        req = cls(reader.uvarint(), reader.uvarint())
+        reader.finish()
+        return req
+
+
+@dataclass(frozen=True)
+class SigRes:
+    seq: int
+    nonce: int
+    port: int
+    psig: bytes
+
+    def encode(self) -> bytes:
+        return SigReq(self.seq, self.nonce).encode() + encode_uvarint(self.port) + self.psig
+
+    @classmethod
+    def decode(cls, body: bytes) -> "SigRes":
+        reader = Reader(body)
+        res = cls(reader.uvarint(), reader.uvarint(), reader.uvarint(), reader.sig())
+        reader.finish()
+        return res
+
+    @property
+    def request(self) -> SigReq:
+        return SigReq(self.seq, self.nonce)
+
+
+@dataclass(frozen=True)
+class Announce:
+    """A node's tree info: who its parent is, countersigned by that parent."""
+
+    key: bytes
+    parent: bytes
+    seq: int
+    nonce: int
+    port: int
+    psig: bytes
+    sig: bytes
+
+    def encode(self) -> bytes:
+        res = SigRes(self.seq, self.nonce, self.port, self.psig)
+        return self.key + self.parent + res.encode() + self.sig
+
+    @classmethod
+    def decode(cls, body: bytes) -> "Announce":
+        reader = Reader(body)
+        key, parent = reader.key(), reader.key()
+        seq, nonce, port = reader.uvarint(), reader.uvarint(), reader.uvarint()
+        ann = cls(key, parent, seq, nonce, port, reader.sig(), reader.sig())
+        reader.finish()
+        return ann
+
+    def signed_bytes(self) -> bytes:
+        return sig_bytes(self.key, self.parent, self.seq, self.nonce, self.port)
+
+    def check(self) -> bool:
+        """Both signatures valid, and port 0 only for a root (key == parent)."""
+        if self.port == 0 and self.key != self.parent:
+            return False
+        signed = self.signed_bytes()
+        return verify(self.key, self.sig, signed) and verify(self.parent, self.psig, signed)
+
+
+@dataclass(frozen=True)
+class PathLookup:
+    source: bytes
+    dest: bytes
+    from_path: list[int] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        return self.source + self.dest + encode_path(self.from_path)
+
+    @classmethod
+    def decode(cls, body: bytes) -> "PathLookup":
+        reader = Reader(body)
+        lookup = cls(reader.key(), reader.key(), read_path(reader))
+        reader.finish()
+        return lookup
+
+
+@dataclass(frozen=True)
+class PathNotify:
+    """A destination's answer to a lookup: its coordinates, signed with a time seq."""
+
+    path: list[int]
+    watermark: int
+    source: bytes
+    dest: bytes
+    info_seq: int
+    info_path: list[int]
+    info_sig: bytes
+
+    def encode(self) -> bytes:
+        return (
+            encode_path(self.path) + encode_uvarint(self.watermark) + self.source + self.dest
+            + notify_info_bytes(self.info_seq, self.info_path) + self.info_sig
+        )
+
+    @classmethod
+    def decode(cls, body: bytes) -> "PathNotify":
+        reader = Reader(body)
+        path, watermark = read_path(reader), reader.uvarint()
+        source, dest = reader.key(), reader.key()
+        info_seq, info_path = reader.uvarint(), read_path(reader)
+        notify = cls(path, watermark, source, dest, info_seq, info_path, reader.sig())
+        reader.finish()
+        return notify
+
+    def check(self) -> bool:
+        return verify(self.source, self.info_sig, notify_info_bytes(self.info_seq, self.info_path))
+
+
+@dataclass(frozen=True)
+class PathBroken:
+    path: list[int]
+    watermark: int
+    source: bytes
+    dest: bytes
+
+    def encode(self) -> bytes:
+        return encode_path(self.path) + encode_uvarint(self.watermark) + self.source + self.dest
+
+    @classmethod
+    def decode(cls, body: bytes) -> "PathBroken":
+        reader = Reader(body)
+        broken = cls(read_path(reader), reader.uvarint(), reader.key(), reader.key())
+        reader.finish()
+        return broken
+
+
+@dataclass(frozen=True)
+class Traffic:
+    path: list[int]
+    from_path: list[int]
+    source: bytes
+    dest: bytes
+    watermark: int
+    payload: bytes
+
+    def encode(self) -> bytes:
+        return (
+            encode_path(self.path) + encode_path(self.from_path) + self.source + self.dest
+            + encode_uvarint(self.watermark) + self.payload
+        )
+
+    @classmethod
+    def decode(cls, body: bytes) -> "Traffic":
+        reader = Reader(body)
+        path, from_path = read_path(reader), read_path(reader)
+        source, dest, watermark = reader.key(), reader.key(), reader.uvarint()
+        return cls(path, from_path, source, dest, watermark, reader.rest())
+
+
+FRAME_CLASSES = {
+    TYPE_SIGREQ: SigReq,
+    TYPE_SIGRES: SigRes,
+    TYPE_ANNOUNCE: Announce,
+    TYPE_BLOOM: BloomFilter,
+    TYPE_PATH_LOOKUP: PathLookup,
+    TYPE_PATH_NOTIFY: PathNotify,
+    TYPE_PATH_BROKEN: PathBroken,
+    TYPE_TRAFFIC: Traffic,
+}
+
+
+def decode_body(ftype: int, body: bytes):
+    """Decode the body of a routing frame (types 2-9); DecodeError for any other type."""
+    cls = FRAME_CLASSES.get(ftype)
+    if cls is None:
+        raise DecodeError(f"not a routing frame type: {ftype}")
+    return cls.decode(body)
+
+
+def split_frame(frame: bytes) -> tuple[int, bytes]:
+    """Inverse of encode_frame for one whole frame: (type, body)."""
+    reader = Reader(frame)
+    length = reader.uvarint()
+    if length == 0 or length > MAX_FRAME_LEN:
+        raise DecodeError(f"bad frame length {length}")
+    content = reader.take(length)
+    reader.finish()
+    return content[0], content[1:]
