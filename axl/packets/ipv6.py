@@ -86,3 +86,20 @@ def internet_checksum(data: bytes) -> int:
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
+
+
+ICMPV6_PACKET_TOO_BIG = 2
+PTB_HOP_LIMIT = 255
+PTB_MAX_QUOTE = 512
+
+
+def packet_too_big(offending: bytes, mtu: int) -> bytes:
+    """ICMPv6 Packet Too Big (RFC 4443 3.2) answering `offending`, laid out as
+    Yggdrasil's ipv6rwc builds it: addresses swapped, hop limit 255, and at
+    most 512 bytes of the offending packet quoted."""
+    src, dst = offending[24:40], offending[8:24]
+    body = bytearray(struct.pack("!BBHI", ICMPV6_PACKET_TOO_BIG, 0, 0, mtu))
+    body += offending[:PTB_MAX_QUOTE]
+    checksum = internet_checksum(pseudo_header(src, dst, len(body), NEXT_HEADER_ICMPV6) + body)
+    struct.pack_into("!H", body, 2, checksum)
+    return build_packet(src, dst, NEXT_HEADER_ICMPV6, bytes(body), hop_limit=PTB_HOP_LIMIT)
