@@ -1,0 +1,107 @@
+"""ironwood link framing, sans-IO: `uvarint(N) || type || body(N-1)`.
+
+The decoder is fed whatever the transport delivered and hands back every
+complete frame in it; Go closes the link on an empty frame, an oversized
+length, a malformed length prefix or an unknown type, and so do we.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import IntEnum
+
+from axl.wire import MAX_UVARINT_LEN, DecodeError, decode_uvarint, encode_uvarint
+
+MAX_FRAME = 131070
+
+
+class FrameType(IntEnum):
+    DUMMY = 0
+    KEEPALIVE = 1
+    SIGREQ = 2
+    SIGRES = 3
+    ANNOUNCE = 4
+    BLOOM = 5
+    PATH_LOOKUP = 6
+    PATH_NOTIFY = 7
+    PATH_BROKEN = 8
+    TRAFFIC = 9
+
+
+MAX_FRAME_TYPE = max(FrameType)
+KEEPALIVE_FRAME = b"\x01\x01"
+
+
+class FrameError(DecodeError):
+    """The byte stream broke ironwood's framing; the link must close."""
+
+
+def encode_frame(ftype: int, body: bytes = b"") -> bytes:
+    """One frame ready to write. Oversized frames are refused here, where Go
+    would silently drop them, so the caller learns about its bug."""
+    size = len(body) + 1
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    if size < 0x80:
+        return bytes((size, ftype)) + body
+    return encode_uvarint(size) + bytes((ftype,)) + body
+
+
+class FrameDecoder:
+    """Incremental frame splitter over a byte stream.
+
+    `feed` returns an iterator; each frame is consumed from the buffer only
+    when it is yielded, so a caller that stops iterating (because it closed
+    the link) leaves the decoder consistent. A later `feed` supersedes an
+    unfinished iterator.
+    """
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = b""
+        self._pos = 0
+        self._max_frame = max_frame
+        self._error: FrameError | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame waiting for more data."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
+        if self._pos:
+            self._buf = self._buf[self._pos:]
+            self._pos = 0
+        self._buf = self._buf + bytes(data) if self._buf else bytes(data)
+        return self._frames()
+
+    def _fail(self, message: str) -> FrameError:
+        self._error = FrameError(message)
+        return self._error
+
+    def _frames(self) -> Iterator[tuple[int, bytes]]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        end = len(buf)
+        while self._pos < end and self._buf is buf:
+            pos = self._pos
+            size = buf[pos]
+            start = pos + 1
+            if size >= 0x80:
+                try:
+                    size, start = decode_uvarint(buf, pos)
+                except DecodeError as exc:
+                    if end - pos < MAX_UVARINT_LEN:
+                        return
+                    raise self._fail(f"bad frame length: {exc}") from None
+            if size == 0:
+                raise self._fail("empty frame")
+            if size > self._max_frame:
+                raise self._fail(f"frame length {size} over limit {self._max_frame}")
+            if start + size > end:
+                return
+            ftype = buf[start]
+            if ftype > MAX_FRAME_TYPE:
+                raise self._fail(f"unknown frame type {ftype}")
+            self._pos = start + size
+            yield ftype, buf[start + 1:self._pos]

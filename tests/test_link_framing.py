@@ -1,0 +1,165 @@
+"""ironwood framing: every captured frame splits correctly and every bad
+stream is refused where Go closed the link."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from vectors import load
+
+from axl.link.framing import (
+    KEEPALIVE_FRAME,
+    MAX_FRAME,
+    FrameDecoder,
+    FrameError,
+    FrameType,
+    encode_frame,
+)
+from axl.wire import DecodeError, Reader, encode_uvarint
+
+FRAMES = load("frames")["frames"]
+BAD = {entry["name"]: entry for entry in load("frames")["bad_frames"]}
+
+
+def _decode_all(stream: bytes) -> list[tuple[int, bytes]]:
+    return list(FrameDecoder().feed(stream))
+
+
+def _frame_parts(frame: bytes) -> tuple[int, bytes]:
+    (frame_type, body), = _decode_all(frame)
+    return frame_type, body
+
+
+@pytest.mark.parametrize("vector", FRAMES, ids=lambda v: f"{v['decoded']['name']}-{v['frame_hex'][:12]}")
+def test_captured_frames_split_and_reencode(vector: dict) -> None:
+    wire = bytes.fromhex(vector["frame_hex"])
+    frame_type, body = _frame_parts(wire)
+    assert frame_type == vector["decoded"]["type"]
+    assert len(body) + 1 == vector["length_prefix"]
+    assert encode_frame(frame_type, body) == wire
+
+
+def test_whole_capture_in_one_feed_and_byte_by_byte() -> None:
+    stream = b"".join(bytes.fromhex(v["frame_hex"]) for v in FRAMES)
+    expected = [_frame_parts(bytes.fromhex(v["frame_hex"])) for v in FRAMES]
+    assert _decode_all(stream) == expected
+    decoder = FrameDecoder()
+    trickled = [frame for i in range(len(stream)) for frame in decoder.feed(stream[i:i + 1])]
+    assert trickled == expected
+    assert decoder.pending == 0
+
+
+def test_random_chunking_is_deterministic() -> None:
+    rng = random.Random(7)
+    frames = [(rng.randrange(10), rng.randbytes(rng.choice((0, 1, 126, 127, 200, 70000))))
+              for _ in range(200)]
+    stream = b"".join(encode_frame(t, b) for t, b in frames)
+    decoder = FrameDecoder()
+    got: list[tuple[int, bytes]] = []
+    pos = 0
+    while pos < len(stream):
+        step = rng.randrange(1, 9000)
+        got.extend(decoder.feed(memoryview(stream)[pos:pos + step]))
+        pos += step
+    assert got == frames
+
+
+def test_keepalive_frame_constant() -> None:
+    assert KEEPALIVE_FRAME == encode_frame(FrameType.KEEPALIVE) == b"\x01\x01"
+    assert [int(t) for t in FrameType] == list(range(10))
+
+
+@pytest.mark.parametrize("name", [
+    "frame_length_zero", "frame_unknown_type_10", "frame_length_131071_over_limit",
+])
+def test_bad_frames_go_closed_on(name: str) -> None:
+    assert BAD[name]["go_result"] == "closed"
+    with pytest.raises(FrameError):
+        _decode_all(bytes.fromhex(BAD[name]["bytes_hex"]))
+
+
+@pytest.mark.parametrize("name", ["frame_length_overlong_keepalive", "dummy_frame_type0_with_body"])
+def test_bad_frames_go_survived(name: str) -> None:
+    assert BAD[name]["go_result"] == "survived"
+    (frame_type,  _), = _decode_all(bytes.fromhex(BAD[name]["bytes_hex"]))
+    assert frame_type in (FrameType.DUMMY, FrameType.KEEPALIVE)
+
+
+def _sigreq_fields(body: bytes) -> tuple[int, int]:
+    reader = Reader(body)
+    seq, nonce = reader.uvarint(), reader.uvarint()
+    reader.finish()
+    return seq, nonce
+
+
+@pytest.mark.parametrize("name", [n for n in BAD if n.startswith("sigreq_")])
+def test_sigreq_body_errors_are_body_level(name: str) -> None:
+    """These streams frame correctly; Go's verdict comes from the body."""
+    vector = BAD[name]
+    (frame_type, body), = _decode_all(bytes.fromhex(vector["bytes_hex"]))
+    assert frame_type == FrameType.SIGREQ
+    if vector["go_result"] == "closed":
+        with pytest.raises(DecodeError):
+            _sigreq_fields(body)
+    else:
+        echo = vector["go_sigres_echo"]
+        assert _sigreq_fields(body) == (echo["seq"], echo["nonce"])
+
+
+@pytest.mark.parametrize("entry", load("uvarint")["decoding"], ids=lambda e: e["bytes"])
+def test_length_prefix_follows_go_uvarint(entry: dict) -> None:
+    prefix = bytes.fromhex(entry["bytes"])
+    decoder = FrameDecoder()
+    if not entry["go_accepts"]:
+        if len(prefix) < 10:
+            assert list(decoder.feed(prefix)) == [] and decoder.pending == len(prefix)
+        else:
+            with pytest.raises(FrameError, match="bad frame length"):
+                list(decoder.feed(prefix + b"\x01"))
+        return
+    size = entry["value"]
+    if size == 0:
+        with pytest.raises(FrameError, match="empty"):
+            list(decoder.feed(prefix))
+    elif size > MAX_FRAME:
+        with pytest.raises(FrameError, match="over limit"):
+            list(decoder.feed(prefix))
+    else:
+        body = bytes(size - 1)
+        assert list(decoder.feed(prefix + b"\x00" + body)) == [(0, body)]
+
+
+def test_largest_frame_passes_and_one_more_fails() -> None:
+    body = bytes(MAX_FRAME - 1)
+    assert _decode_all(encode_frame(FrameType.TRAFFIC, body)) == [(9, body)]
+    with pytest.raises(ValueError):
+        encode_frame(FrameType.TRAFFIC, body + b"\x00")
+    with pytest.raises(FrameError):
+        _decode_all(encode_uvarint(MAX_FRAME + 1))
+
+
+def test_error_sticks_and_earlier_frames_are_delivered() -> None:
+    decoder = FrameDecoder()
+    frames = decoder.feed(KEEPALIVE_FRAME + b"\x01\x0a")
+    assert next(frames) == (1, b"")
+    with pytest.raises(FrameError, match="unknown frame type 10"):
+        next(frames)
+    with pytest.raises(FrameError):
+        list(decoder.feed(KEEPALIVE_FRAME))
+
+
+def test_partial_frame_waits_and_counts_pending() -> None:
+    wire = encode_frame(FrameType.TRAFFIC, b"x" * 300)
+    decoder = FrameDecoder()
+    assert list(decoder.feed(wire[:100])) == []
+    assert decoder.pending == 100
+    assert list(decoder.feed(wire[100:])) == [(9, b"x" * 300)]
+    assert decoder.pending == 0
+
+
+def test_abandoned_iteration_keeps_unread_frames() -> None:
+    decoder = FrameDecoder()
+    frames = decoder.feed(encode_frame(2, b"a") + encode_frame(3, b"b"))
+    assert next(frames) == (2, b"a")
+    assert list(decoder.feed(encode_frame(4, b"c"))) == [(3, b"b"), (4, b"c")]

@@ -1,0 +1,57 @@
+"""The TLS certificate and contexts for tls:// links."""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+import tempfile
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from axl.identity import NodeIdentity
+from axl.link.tls import client_context, make_certificate, server_context
+
+IDENTITY = NodeIdentity.from_seed(bytes(range(32)))
+
+
+def test_certificate_fields_match_yggdrasil() -> None:
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    cert = make_certificate(IDENTITY, now)
+    cn = IDENTITY.public_key.hex()
+    assert cert.serial_number == 1
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == cn
+    assert cert.issuer == cert.subject
+    assert cert.not_valid_before_utc == now
+    assert cert.not_valid_after_utc == datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc)
+    usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert usage.digital_signature and usage.key_encipherment and not usage.key_cert_sign
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    public = cert.public_key()
+    assert isinstance(public, Ed25519PublicKey)
+    assert public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) == IDENTITY.public_key
+    public.verify(cert.signature, cert.tbs_certificate_bytes)
+    assert len(cert.public_bytes(serialization.Encoding.DER)) == 384
+
+
+def test_contexts_follow_go_versions_and_verify_nothing() -> None:
+    server = server_context(IDENTITY)
+    assert server.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert server.verify_mode == ssl.CERT_NONE
+    client = client_context(IDENTITY)
+    assert client.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert client.maximum_version == ssl.TLSVersion.TLSv1_3
+    assert client.check_hostname is False and client.verify_mode == ssl.CERT_NONE
+
+
+def test_key_material_does_not_stay_on_disk() -> None:
+    tmp = Path(tempfile.gettempdir())
+    before = set(tmp.glob("axl-tls-*"))
+    server_context(IDENTITY)
+    client_context(IDENTITY)
+    assert set(tmp.glob("axl-tls-*")) == before

@@ -1,0 +1,81 @@
+"""Peer and listen URI parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from axl.link.uri import PeerURI, URIError, parse_peer_uri
+
+KEY = "0787642c80824c490c246cf80b88ed44cdfd44ca92586962f551542f8144c019"
+
+
+def test_plain_tls_and_tcp() -> None:
+    assert parse_peer_uri("tls://example.org:9001") == PeerURI("tls", "example.org", 9001)
+    uri = parse_peer_uri("tcp://127.0.0.1:0")
+    assert (uri.scheme, uri.host, uri.port, uri.is_tls) == ("tcp", "127.0.0.1", 0, False)
+
+
+def test_all_options() -> None:
+    uri = parse_peer_uri(f"tls://[::1]:443?key={KEY}&password=s%20ecret&priority=7&sni=peer.example")
+    assert uri.host == "::1" and uri.port == 443
+    assert uri.pinned_keys == (bytes.fromhex(KEY),)
+    assert uri.password == b"s ecret"
+    assert uri.priority == 7
+    assert uri.server_name == "peer.example"
+    assert uri.host_port == "[::1]:443"
+
+
+def test_several_pinned_keys() -> None:
+    other = "ff" * 32
+    uri = parse_peer_uri(f"tcp://h:1?key={KEY}&key={other}")
+    assert uri.pinned_keys == (bytes.fromhex(KEY), bytes.fromhex(other))
+
+
+def test_sni_never_an_ip_literal() -> None:
+    assert parse_peer_uri("tls://10.0.0.1:1").server_name is None
+    assert parse_peer_uri("tls://[fe80::1]:1").server_name is None
+    assert parse_peer_uri("tls://node.example:1").server_name == "node.example"
+
+
+@pytest.mark.parametrize("text", [
+    "tls://example.org:9001",
+    f"tls://[::1]:443?key={KEY}&password=pw&priority=7&sni=peer.example",
+    "tcp://10.1.2.3:7?password=a%26b%3Dc",
+])
+def test_str_round_trips(text: str) -> None:
+    uri = parse_peer_uri(text)
+    assert str(uri) == text
+    assert parse_peer_uri(str(uri)) == uri
+
+
+def test_canonical_form_drops_defaults() -> None:
+    assert str(parse_peer_uri("TLS://Example.ORG:9001?priority=0")) == "tls://example.org:9001"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("http://h:1", "unknown scheme"),
+    ("h:1", "unknown scheme"),
+    ("quic://h:1", "unsupported scheme"),
+    ("ws://h:1", "unsupported scheme"),
+    ("wss://h:1", "unsupported scheme"),
+    ("unix:///tmp/s", "unsupported scheme"),
+    ("socks://proxy:1/h:2", "unsupported scheme"),
+    ("tls://h", "missing port"),
+    ("tls://:1", "missing host"),
+    ("tls://h:99999", "bad URI"),
+    ("tls://h:1?key=abc", "bad key"),
+    ("tls://h:1?key=" + "zz" * 32, "bad key"),
+    ("tls://h:1?priority=256", "bad priority"),
+    ("tls://h:1?priority=-1", "bad priority"),
+    ("tls://h:1?priority=x", "bad priority"),
+    ("tls://h:1?password=" + "p" * 65, "password too long"),
+    ("tls://h:1?pasword=x", "unknown option"),
+])
+def test_bad_uris(text: str, message: str) -> None:
+    with pytest.raises(URIError, match=message):
+        parse_peer_uri(text)
+    assert issubclass(URIError, ValueError)
+
+
+def test_password_of_64_bytes_is_allowed() -> None:
+    assert parse_peer_uri("tcp://h:1?password=" + "p" * 64).password == b"p" * 64
