@@ -1,0 +1,194 @@
+"""Inbound dispatch: hand MCP and A2A envelopes from peers to the local services.
+
+The node calls :meth:`InboundDispatcher.dispatch` for every message that
+arrives on its application port. Envelopes for an enabled adapter are
+answered here (the reply goes back on the same connection); everything else
+is left to the node's ``/recv`` queue.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+
+from axl.adapters.envelopes import (
+    A2aEnvelope,
+    McpEnvelope,
+    classify,
+    dumps,
+    encode_a2a_reply,
+    encode_mcp_reply,
+    go_struct_fields,
+    parse_json,
+)
+from axl.adapters.jsonrpc import clean_header_value
+from axl.wire import DecodeError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HTTP_TIMEOUT = 30.0
+A2A_VERSION_HEADER = "A2A-Version"
+A2A_CURRENT_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class DispatchSettings:
+    """Where the local adapter services live; the names are the config file's.
+
+    An empty ``router_addr``/``a2a_addr`` turns that adapter off. Addresses
+    carry their scheme, e.g. ``http://127.0.0.1``.
+    """
+
+    router_addr: str = ""
+    router_port: int = 9003
+    a2a_addr: str = ""
+    a2a_port: int = 9004
+    http_timeout: float = DEFAULT_HTTP_TIMEOUT
+
+    @property
+    def router_url(self) -> str | None:
+        return f"{self.router_addr.rstrip('/')}:{self.router_port}/route" if self.router_addr else None
+
+    @property
+    def a2a_url(self) -> str | None:
+        return f"{self.a2a_addr.rstrip('/')}:{self.a2a_port}" if self.a2a_addr else None
+
+
+class DispatchKind(enum.Enum):
+    NOT_MINE = "not_mine"
+    HANDLED = "handled"
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """What the node does next: queue the payload, or write ``reply`` (if any) back."""
+
+    kind: DispatchKind
+    reply: bytes | None = None
+
+    @property
+    def handled(self) -> bool:
+        return self.kind is DispatchKind.HANDLED
+
+
+NOT_MINE = DispatchResult(DispatchKind.NOT_MINE)
+
+
+def a2a_version_for(request: object) -> str | None:
+    """The A2A-Version to send when the caller gave none: 1.0, except for 0.3-style ``a/b`` methods."""
+    method = request.get("method") if isinstance(request, dict) else None
+    if isinstance(method, str) and "/" in method:
+        return None
+    return A2A_CURRENT_VERSION
+
+
+class InboundDispatcher:
+    """Routes inbound envelopes to the MCP router and the A2A server over HTTP."""
+
+    def __init__(self, settings: DispatchSettings, session: aiohttp.ClientSession | None = None) -> None:
+        self.settings = settings
+        self._session = session
+        self._owns_session = session is None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings.router_url or self.settings.a2a_url)
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.settings.http_timeout)
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    async def dispatch(self, from_key: bytes, payload: bytes) -> DispatchResult:
+        """Answer an MCP/A2A envelope from ``from_key``, or say the payload is not ours."""
+        router_url, a2a_url = self.settings.router_url, self.settings.a2a_url
+        envelope = classify(payload, mcp_enabled=router_url is not None, a2a_enabled=a2a_url is not None)
+        if isinstance(envelope, McpEnvelope) and router_url is not None:
+            reply = await self._dispatch_mcp(router_url, from_key.hex(), envelope)
+            return DispatchResult(DispatchKind.HANDLED, reply)
+        if isinstance(envelope, A2aEnvelope) and a2a_url is not None:
+            reply = await self._dispatch_a2a(a2a_url, from_key.hex(), envelope)
+            return DispatchResult(DispatchKind.HANDLED, reply)
+        return NOT_MINE
+
+    async def _dispatch_mcp(self, router_url: str, from_peer_id: str, envelope: McpEnvelope) -> bytes | None:
+        """POST the envelope to the router; a notification gets no reply frame whatever happens."""
+        body = (
+            f'{{"service":{dumps(envelope.service)},"request":{envelope.request_text},'
+            f'"from_peer_id":{dumps(from_peer_id)},"headers":{dumps(envelope.headers or {})}}}'
+        )
+        failure = ""
+        try:
+            async with self._http().post(
+                router_url, data=body.encode(), headers={"Content-Type": "application/json"}
+            ) as resp:
+                raw, status = await resp.read(), resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("MCP router unreachable for service %s: %s", envelope.service, exc or "timeout")
+            raw, status = None, 0
+            failure = f"failed to contact router: {exc or 'timeout'}"
+        if envelope.is_notification:
+            return None
+        if raw is None:
+            return encode_mcp_reply(envelope.service, None, failure)
+        return self._mcp_reply(envelope.service, raw, status)
+
+    @staticmethod
+    def _mcp_reply(service: str, raw: bytes, status: int) -> bytes:
+        """Turn the router's ``{"response","error"}`` answer into the reply envelope."""
+        try:
+            answer = go_struct_fields(raw, {"response": object, "error": str})
+        except DecodeError:
+            return encode_mcp_reply(service, None, f"failed to parse router response (HTTP {status})")
+        error = answer.get("error")
+        if error is not None and error.value:
+            return encode_mcp_reply(service, None, f"router error: {error.value}")
+        response = answer.get("response")
+        if response is None:
+            return encode_mcp_reply(service, None, "service returned no response")
+        return encode_mcp_reply(service, response.text)
+
+    async def _dispatch_a2a(self, a2a_url: str, from_peer_id: str, envelope: A2aEnvelope) -> bytes:
+        """GET the card or POST the request to the A2A server; its body must be JSON."""
+        headers = {"X-From-Peer-Id": from_peer_id}
+        try:
+            if envelope.agent_card:
+                request = self._http().get(f"{a2a_url}/.well-known/agent-card.json", headers=headers)
+            else:
+                version = self._a2a_version(envelope)
+                if version:
+                    headers[A2A_VERSION_HEADER] = version
+                headers["Content-Type"] = "application/json"
+                request = self._http().post(
+                    f"{a2a_url}/", data=envelope.request_text.encode(), headers=headers
+                )
+            async with request as resp:
+                raw, status = await resp.read(), resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("A2A server unreachable: %s", exc or "timeout")
+            return encode_a2a_reply(None, f"failed to contact a2a server: {exc or 'timeout'}")
+        try:
+            answer = parse_json(raw)
+        except DecodeError:
+            return encode_a2a_reply(None, f"a2a server returned non-JSON (HTTP {status})")
+        return encode_a2a_reply(answer.text)
+
+    @staticmethod
+    def _a2a_version(envelope: A2aEnvelope) -> str | None:
+        """The caller's carried version; without carried headers (Go callers) the method decides."""
+        if envelope.headers is not None:
+            for name, value in envelope.headers.items():
+                if name.lower() == A2A_VERSION_HEADER.lower():
+                    return clean_header_value(value)
+            return None
+        return a2a_version_for(envelope.request.value if envelope.request else None)
