@@ -1,0 +1,18 @@
+"""ironwood routing: frames, bloom filters and the sans-IO router."""
+
+from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.bloom import BloomFilter
+from axl.routing.router import BadSignature, PeerView, Router, TreeEntry
+
+__all__ = [
+    "Action",
+    "BadSignature",
+    "BloomFilter",
+    "Deliver",
+    "PathFound",
+    "PeerView",
+    "Router",
+    "SendFrame",
+    "SendTraffic",
+    "TreeEntry",
+]

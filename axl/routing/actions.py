@@ -1,0 +1,40 @@
+"""What the sans-IO router asks its driver (the node or the simulator) to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SendFrame:
+    """A tree/control frame (types 2-5) to write on the link at once."""
+
+    link_id: int
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class SendTraffic:
+    """A frame of types 6-9 for the link's fair queue; `flow` is dest || source."""
+
+    link_id: int
+    frame: bytes
+    flow: bytes
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Traffic addressed to this node."""
+
+    source_key: bytes
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class PathFound:
+    """A path notify was accepted: the full key of a lookup's answer is now known."""
+
+    key: bytes
+
+
+Action = SendFrame | SendTraffic | Deliver | PathFound

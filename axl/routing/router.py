@@ -1,0 +1,754 @@
+"""The ironwood router as a sans-IO state machine: spanning tree, blooms,
+pathfinder and greedy forwarding.
+
+Go peers keep routing to us only if everything they can observe matches
+ironwood 743fe2f: the merge rule, gossip order and sent-marks, the two-step
+root, SigReq/SigRes timing, bloom contents, lookup multicast and notify
+acceptance. The structure below therefore follows ironwood's router closely;
+what Go leaves to map order is made deterministic here (insertion order).
+
+Nothing in this module does I/O or reads a clock: every entry point takes
+`now` (wall-clock seconds; PathNotify seqs are `int(now)`) and returns the
+list of actions the driver must carry out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from axl.identity import NodeIdentity, bloom_transform, verify
+from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.bloom import BloomFilter, key_mask, matches_mask
+from axl.routing.frames import (
+    MAX_WATERMARK,
+    TYPE_ANNOUNCE,
+    TYPE_BLOOM,
+    TYPE_DUMMY,
+    TYPE_KEEPALIVE,
+    TYPE_PATH_BROKEN,
+    TYPE_PATH_LOOKUP,
+    TYPE_PATH_NOTIFY,
+    TYPE_SIGREQ,
+    TYPE_SIGRES,
+    TYPE_TRAFFIC,
+    Announce,
+    PathBroken,
+    PathLookup,
+    PathNotify,
+    SigReq,
+    SigRes,
+    Traffic,
+    encode_frame,
+    notify_info_bytes,
+    sig_bytes,
+)
+from axl.wire import DecodeError
+
+ROUTER_REFRESH = 240.0
+ROUTER_TIMEOUT = 300.0
+PATH_TIMEOUT = 60.0
+PATH_THROTTLE = 1.0
+BLOOM_RESEND_TICKS = 3600
+UNKNOWN_LAG_NS = (1 << 32) - 1
+# A well-behaved peer only gossips its own ancestry and ours (tens of
+# entries). Keys first learned from one peer beyond this are dropped, so a
+# peer minting signed infos for fresh keys cannot grow our table without bound.
+MAX_INFOS_PER_PEER = 1024
+# Rumors are made only by local sends and lookups; this bounds a runaway
+# local sender that targets ever new destinations.
+MAX_RUMORS = 4096
+
+
+class BadSignature(DecodeError):
+    """A frame decoded but carries a signature that does not verify."""
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    key: bytes
+    parent: bytes
+    seq: int
+    is_root: bool
+
+
+@dataclass(frozen=True)
+class PeerView:
+    key: bytes
+    port: int
+    root: bytes
+    coords: list[int]
+
+
+@dataclass
+class _Link:
+    link_id: int
+    key: bytes
+    priority: int
+    order: int
+    lag_ns: int = UNKNOWN_LAG_NS
+    responded: bool = False
+    req_sent_at: float = 0.0
+
+    def cost(self) -> int:
+        """Link cost in whole milliseconds of latency, never 0 (it divides and multiplies)."""
+        return max(1, self.lag_ns // 1_000_000)
+
+
+@dataclass
+class _Peer:
+    """Per-key state; it lives while at least one link to the key is up."""
+
+    key: bytes
+    port: int
+    links: dict[int, _Link] = field(default_factory=dict)
+    sent: set[bytes] = field(default_factory=set)
+    request: SigReq | None = None
+    response: SigRes | None = None
+    response_order: int = 0
+    bloom_sent: BloomFilter = field(default_factory=BloomFilter)
+    bloom_recv: BloomFilter = field(default_factory=BloomFilter)
+    on_tree: bool = False
+    bloom_ticks: int = 0
+
+    def best_link(self) -> _Link:
+        """Lowest priority value; the earliest link wins a tie."""
+        return min(self.links.values(), key=lambda link: link.priority)
+
+
+@dataclass
+class _PathInfo:
+    path: list[int]
+    seq: int
+    req_time: float
+    expires: float
+    broken: bool = False
+    cached: Traffic | None = None
+
+
+@dataclass
+class _Rumor:
+    send_time: float
+    expires: float
+    cached: Traffic | None = None
+
+
+class Router:
+    """One node's routing state. Drive it with add_link/remove_link/handle_frame/tick/send."""
+
+    def __init__(self, identity: NodeIdentity, *, now: float, rng: random.Random | None = None):
+        self.identity = identity
+        self.key = identity.public_key
+        self._xform = bloom_transform(self.key)
+        self._rng = rng if rng is not None else random.SystemRandom()
+        self._now = now
+        self._out: list[Action] = []
+        self.infos: dict[bytes, Announce] = {}
+        self._info_times: dict[bytes, float] = {}
+        self._info_origin: dict[bytes, bytes] = {}
+        self._origin_counts: Counter[bytes] = Counter()
+        self._peers: dict[bytes, _Peer] = {}
+        self._links: dict[int, _Link] = {}
+        self._link_counter = 0
+        self._response_counter = 0
+        self._coords_cache: dict[bytes, tuple[bytes, list[int]]] = {}
+        self._refresh = False
+        self._do_root1 = False
+        self._do_root2 = False
+        self._paths: dict[bytes, _PathInfo] = {}
+        self._rumors: dict[bytes, _Rumor] = {}
+        self._notify_seq = 0
+        self._notify_path: list[int] = []
+        self._notify_sig = identity.sign(notify_info_bytes(0, []))
+        self._become_root()
+
+    # ------------------------------------------------------------------ entry points
+
+    def add_link(self, link_id: int, key: bytes, priority: int, now: float) -> list[Action]:
+        """A link came up: replay gossip to a known key, then SigReq and our stored bloom."""
+        if key == self.key:
+            raise ValueError("a link to our own key cannot join the tree")
+        if link_id in self._links:
+            raise ValueError(f"link {link_id} already added")
+        self._now = now
+        peer = self._peers.get(key)
+        if peer is None:
+            peer = _Peer(key=key, port=self._free_port())
+            self._peers[key] = peer
+        link = _Link(link_id, key, priority, self._link_counter)
+        self._link_counter += 1
+        for info_key in peer.sent:
+            self._send_tree(link, TYPE_ANNOUNCE, self.infos[info_key].encode())
+        peer.links[link_id] = link
+        self._links[link_id] = link
+        if peer.request is None:
+            peer.request = self._new_request()
+        self._send_request(link, peer.request)
+        self._send_tree(link, TYPE_BLOOM, peer.bloom_sent.encode())
+        return self._flush()
+
+    def remove_link(self, link_id: int, now: float) -> list[Action]:
+        """A link went down; per-key state goes with the last link, infos stay until expiry."""
+        self._now = now
+        link = self._links.pop(link_id, None)
+        if link is None:
+            return []
+        peer = self._peers[link.key]
+        del peer.links[link_id]
+        if not peer.links:
+            del self._peers[link.key]
+        else:
+            for other in peer.links.values():
+                self._send_tree(other, TYPE_BLOOM, peer.bloom_sent.encode())
+        return self._flush()
+
+    def handle_frame(self, link_id: int, ftype: int, body: bytes, now: float) -> list[Action]:
+        """One received frame; DecodeError (incl. BadSignature) means: close this link."""
+        self._now = now
+        link = self._links.get(link_id)
+        if link is None or ftype in (TYPE_DUMMY, TYPE_KEEPALIVE):
+            return []
+        handler = self._handlers.get(ftype)
+        if handler is None:
+            raise DecodeError(f"unknown frame type {ftype}")
+        handler(self, link, body)
+        return self._flush()
+
+    def tick(self, now: float) -> list[Action]:
+        """The 1-second maintenance, in ironwood's order."""
+        self._now = now
+        self._expire_infos()
+        self._expire_paths()
+        if now - self._info_times.get(self.key, now) >= ROUTER_REFRESH:
+            self._refresh = True
+        self._do_root2 = self._do_root2 or self._do_root1
+        self._coords_cache.clear()
+        self._fix()
+        self._send_announces()
+        self._fix_on_tree()
+        self._send_all_blooms()
+        return self._flush()
+
+    def send(self, dest_key: bytes, payload: bytes, now: float) -> list[Action]:
+        """Local traffic to a full key: routed if a path is known, else looked up and buffered."""
+        self._now = now
+        traffic = Traffic([], [], self.key, dest_key, MAX_WATERMARK, payload)
+        self._send_local_traffic(traffic)
+        return self._flush()
+
+    def lookup(self, partial_key: bytes, now: float) -> list[Action]:
+        """Look up whoever owns xform(partial_key) (the IPv6 layer's SendLookup)."""
+        self._now = now
+        self._rumor_send_lookup(partial_key)
+        return self._flush()
+
+    # ------------------------------------------------------------------ queries
+
+    def root(self) -> bytes:
+        return self._root_and_path(self.key)[0]
+
+    def coords(self) -> list[int]:
+        return list(self._root_and_path(self.key)[1])
+
+    def tree_entries(self) -> list[TreeEntry]:
+        return [
+            TreeEntry(key, info.parent, info.seq, info.parent == key)
+            for key, info in self.infos.items()
+        ]
+
+    def coords_of(self, key: bytes) -> list[int]:
+        """Coordinates of any key we hold an info for ([] when unknown or broken)."""
+        return list(self._root_and_path(key)[1])
+
+    def link_port(self, link_id: int) -> int:
+        return self._peers[self._links[link_id].key].port
+
+    def peer_view(self, link_id: int) -> PeerView:
+        link = self._links[link_id]
+        root, coords = self._root_and_path(link.key)
+        return PeerView(link.key, self._peers[link.key].port, root, list(coords))
+
+    def info_count(self) -> int:
+        return len(self.infos)
+
+    def peer_keys(self) -> list[bytes]:
+        return list(self._peers)
+
+    def known_paths(self) -> dict[bytes, list[int]]:
+        """Destinations with a path from a notify, and their coordinates."""
+        return {key: list(info.path) for key, info in self._paths.items()}
+
+    def rumor_count(self) -> int:
+        return len(self._rumors)
+
+    def is_on_tree(self, key: bytes) -> bool:
+        peer = self._peers.get(key)
+        return peer is not None and peer.on_tree
+
+    # ------------------------------------------------------------------ output
+
+    def _flush(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def _send_tree(self, link: _Link, ftype: int, body: bytes) -> None:
+        self._out.append(SendFrame(link.link_id, encode_frame(ftype, body)))
+
+    def _send_queued(self, link: _Link, ftype: int, body: bytes, dest: bytes, source: bytes) -> None:
+        self._out.append(SendTraffic(link.link_id, encode_frame(ftype, body), dest + source))
+
+    def _send_request(self, link: _Link, request: SigReq) -> None:
+        link.req_sent_at = self._now
+        self._send_tree(link, TYPE_SIGREQ, request.encode())
+
+    def _free_port(self) -> int:
+        used = {peer.port for peer in self._peers.values()}
+        port = 1
+        while port in used:
+            port += 1
+        return port
+
+    # ------------------------------------------------------------------ frame handlers
+
+    def _on_sigreq(self, link: _Link, body: bytes) -> None:
+        request = SigReq.decode(body)
+        port = self._peers[link.key].port
+        psig = self.identity.sign(sig_bytes(link.key, self.key, request.seq, request.nonce, port))
+        self._send_tree(link, TYPE_SIGRES, SigRes(request.seq, request.nonce, port, psig).encode())
+
+    def _on_sigres(self, link: _Link, body: bytes) -> None:
+        res = SigRes.decode(body)
+        if not verify(link.key, res.psig, sig_bytes(self.key, link.key, res.seq, res.nonce, res.port)):
+            raise BadSignature("SigRes parent signature does not verify")
+        peer = self._peers[link.key]
+        if peer.request != res.request:
+            return
+        if peer.response is None:
+            self._response_counter += 1
+            peer.response = res
+            peer.response_order = self._response_counter
+        if not link.responded:
+            link.responded = True
+            self._update_lag(link, int(round((self._now - link.req_sent_at) * 1e9)))
+
+    @staticmethod
+    def _update_lag(link: _Link, rtt_ns: int) -> None:
+        """Latency EWMA: a new link starts at 2*RTT, a penalty that favours stable links."""
+        rtt_ns = max(0, rtt_ns)
+        if link.lag_ns == UNKNOWN_LAG_NS:
+            link.lag_ns = 2 * rtt_ns
+        else:
+            prev = link.lag_ns
+            link.lag_ns = prev * 7 // 8 + min(rtt_ns, prev * 2) // 8
+
+    def _on_announce(self, link: _Link, body: bytes) -> None:
+        ann = Announce.decode(body)
+        if not ann.check():
+            raise BadSignature("Announce signature does not verify")
+        peer = self._peers[link.key]
+        if ann.key not in self.infos and self._origin_counts[peer.key] >= MAX_INFOS_PER_PEER:
+            return
+        if self._update(ann, origin=peer.key):
+            if ann.key == self.key:
+                self._refresh = True
+            peer.sent.add(ann.key)
+            return
+        peer.sent.add(ann.key)
+        stored = self.infos[ann.key]
+        if stored != ann:
+            self._send_tree(link, TYPE_ANNOUNCE, stored.encode())
+
+    def _on_bloom(self, link: _Link, body: bytes) -> None:
+        self._peers[link.key].bloom_recv = BloomFilter.decode(body)
+
+    def _on_lookup(self, link: _Link, body: bytes) -> None:
+        lookup = PathLookup.decode(body)
+        if self._peers[link.key].on_tree:
+            self._handle_lookup(link.key, lookup)
+
+    def _on_notify(self, link: _Link, body: bytes) -> None:
+        self._handle_notify(PathNotify.decode(body))
+
+    def _on_broken(self, link: _Link, body: bytes) -> None:
+        self._handle_broken(PathBroken.decode(body))
+
+    def _on_traffic(self, link: _Link, body: bytes) -> None:
+        self._route_traffic(Traffic.decode(body))
+
+    _handlers = {
+        TYPE_SIGREQ: _on_sigreq,
+        TYPE_SIGRES: _on_sigres,
+        TYPE_ANNOUNCE: _on_announce,
+        TYPE_BLOOM: _on_bloom,
+        TYPE_PATH_LOOKUP: _on_lookup,
+        TYPE_PATH_NOTIFY: _on_notify,
+        TYPE_PATH_BROKEN: _on_broken,
+        TYPE_TRAFFIC: _on_traffic,
+    }
+
+    # ------------------------------------------------------------------ tree state
+
+    def _update(self, ann: Announce, origin: bytes | None = None) -> bool:
+        """The CRDT merge rule; it must be identical on every node or gossip never settles."""
+        old = self.infos.get(ann.key)
+        if old is not None and not _wins(ann, old):
+            return False
+        for peer in self._peers.values():
+            peer.sent.discard(ann.key)
+        self._coords_cache.clear()
+        if old is None and origin is not None and ann.key != self.key:
+            self._info_origin[ann.key] = origin
+            self._origin_counts[origin] += 1
+        self.infos[ann.key] = ann
+        self._info_times[ann.key] = self._now
+        return True
+
+    def _expire_infos(self) -> None:
+        expired = [
+            key for key, when in self._info_times.items()
+            if key != self.key and self._now - when >= ROUTER_TIMEOUT
+        ]
+        for key in expired:
+            del self.infos[key]
+            del self._info_times[key]
+            origin = self._info_origin.pop(key, None)
+            if origin is not None:
+                self._origin_counts[origin] -= 1
+                if self._origin_counts[origin] <= 0:
+                    del self._origin_counts[origin]
+            for peer in self._peers.values():
+                peer.sent.discard(key)
+        if expired:
+            self._coords_cache.clear()
+
+    def _new_request(self) -> SigReq:
+        own = self.infos.get(self.key)
+        return SigReq((own.seq if own else 0) + 1, self._rng.getrandbits(64))
+
+    def _send_requests(self) -> None:
+        """After every adoption or re-root: one fresh request per peer key, to all its links."""
+        for peer in self._peers.values():
+            peer.response = None
+            peer.request = self._new_request()
+            for link in peer.links.values():
+                link.responded = False
+                self._send_request(link, peer.request)
+
+    def _become_root(self) -> None:
+        request = self._new_request()
+        psig = self.identity.sign(sig_bytes(self.key, self.key, request.seq, request.nonce, 0))
+        self._update(Announce(self.key, self.key, request.seq, request.nonce, 0, psig, psig))
+
+    def _use_response(self, parent: bytes, res: SigRes) -> bool:
+        sig = self.identity.sign(sig_bytes(self.key, parent, res.seq, res.nonce, res.port))
+        return self._update(Announce(self.key, parent, res.seq, res.nonce, res.port, res.psig, sig))
+
+    def _peer_cost(self, peer: _Peer, depth: int) -> int:
+        return min(depth * link.cost() for link in peer.links.values())
+
+    def _fix(self) -> None:
+        """Parent selection: lower root first, then cost; two-step self-rooting."""
+        me = self.infos[self.key]
+        best_root, best_parent, best_cost = self.key, self.key, MAX_WATERMARK
+        current = self._peers.get(me.parent)
+        if current is not None:
+            root, dists = self._root_and_dists(self.key)
+            if root < best_root:
+                best_root, best_parent = root, me.parent
+                best_cost = self._peer_cost(current, dists[root])
+        candidates = sorted(
+            (peer for peer in self._peers.values() if peer.response is not None),
+            key=lambda peer: peer.response_order,
+        )
+        for peer in candidates:
+            if peer.key not in self.infos:
+                continue
+            root, dists = self._root_and_dists(peer.key)
+            if self.key in dists:
+                continue
+            cost = self._peer_cost(peer, dists[root])
+            if root < best_root:
+                best_root, best_parent, best_cost = root, peer.key, cost
+            elif root != best_root:
+                continue
+            if (self._refresh and cost * 2 < best_cost) or (best_parent != me.parent and cost < best_cost):
+                best_root, best_parent, best_cost = root, peer.key, cost
+        if not (self._refresh or self._do_root1 or self._do_root2 or me.parent != best_parent):
+            return
+        best = self._peers.get(best_parent)
+        response = best.response if best is not None else None
+        if response is not None and best_root != self.key and self._use_response(best_parent, response):
+            self._clear_flags()
+            self._send_requests()
+        elif self._do_root2:
+            self._become_root()
+            self._clear_flags()
+            self._send_requests()
+        elif not self._do_root1:
+            self._do_root1 = True
+
+    def _clear_flags(self) -> None:
+        self._refresh = self._do_root1 = self._do_root2 = False
+
+    def _send_announces(self) -> None:
+        """Gossip: each peer gets the unsent infos of our ancestry, then of its own."""
+        own = self._ancestry(self.key)
+        for peer in self._peers.values():
+            batch = []
+            for key in own + self._ancestry(peer.key):
+                if key not in peer.sent:
+                    peer.sent.add(key)
+                    batch.append(self.infos[key].encode())
+            for link in peer.links.values():
+                for body in batch:
+                    self._send_tree(link, TYPE_ANNOUNCE, body)
+
+    def _ancestry(self, key: bytes) -> list[bytes]:
+        """Root-first chain of keys above (and including) key; stops at loops and gaps."""
+        chain: list[bytes] = []
+        seen: set[bytes] = set()
+        here = key
+        while here not in seen and here in self.infos:
+            chain.append(here)
+            seen.add(here)
+            here = self.infos[here].parent
+        chain.reverse()
+        return chain
+
+    def _root_and_dists(self, key: bytes) -> tuple[bytes, dict[bytes, int]]:
+        """Each ancestor's hop count from key; the last one reached is the root."""
+        dists: dict[bytes, int] = {}
+        root = b""
+        here = key
+        while here not in dists and here in self.infos:
+            root = here
+            dists[here] = len(dists)
+            here = self.infos[here].parent
+        return root, dists
+
+    def _root_and_path(self, key: bytes) -> tuple[bytes, list[int]]:
+        """Root and coordinates; a loop or a missing info gives (key, []) as in Go."""
+        cached = self._coords_cache.get(key)
+        if cached is not None:
+            return cached
+        ports: list[int] = []
+        visited: set[bytes] = set()
+        here = key
+        result: tuple[bytes, list[int]] | None = None
+        while result is None:
+            info = self.infos.get(here)
+            if here in visited or info is None:
+                result = (key, [])
+            elif info.parent == here:
+                ports.reverse()
+                result = (here, ports)
+            else:
+                visited.add(here)
+                ports.append(info.port)
+                here = info.parent
+        self._coords_cache[key] = result
+        return result
+
+    # ------------------------------------------------------------------ blooms
+
+    def _fix_on_tree(self) -> None:
+        """On-tree = our parent or a peer whose info names us; a peer leaving gets an empty filter."""
+        me = self.infos[self.key]
+        for peer in self._peers.values():
+            was_on = peer.on_tree
+            info = self.infos.get(peer.key)
+            peer.on_tree = me.parent == peer.key or (info is not None and info.parent == self.key)
+            if was_on and not peer.on_tree:
+                peer.bloom_sent = BloomFilter()
+                for link in peer.links.values():
+                    self._send_tree(link, TYPE_BLOOM, peer.bloom_sent.encode())
+
+    def _send_all_blooms(self) -> None:
+        """Exact filters: {xform(self)} plus what the other on-tree peers told us."""
+        on_tree = [peer for peer in self._peers.values() if peer.on_tree]
+        for peer in on_tree:
+            fresh = BloomFilter()
+            fresh.add(self._xform)
+            for other in on_tree:
+                if other is not peer:
+                    fresh.update(other.bloom_recv)
+            peer.bloom_ticks += 1
+            if fresh != peer.bloom_sent or peer.bloom_ticks >= BLOOM_RESEND_TICKS:
+                peer.bloom_sent = fresh
+                peer.bloom_ticks = 0
+                body = fresh.encode()
+                for link in peer.links.values():
+                    self._send_tree(link, TYPE_BLOOM, body)
+
+    # ------------------------------------------------------------------ greedy routing
+
+    def _dist(self, path: list[int], key: bytes) -> int:
+        return tree_distance(self._root_and_path(key)[1], path)
+
+    def _next_hop(self, path: list[int], watermark: int) -> tuple[_Link | None, int]:
+        """Greedy next hop under the watermark; returns (link or None, lowered watermark)."""
+        self_dist = self._dist(path, self.key)
+        if self_dist >= watermark:
+            return None, watermark
+        best: _Link | None = None
+        best_cpd = best_dist = 0
+        for peer in self._peers.values():
+            dist = self._dist(path, peer.key)
+            if dist >= self_dist:
+                continue
+            for link in peer.links.values():
+                cpd = link.cost() // (self_dist - dist)
+                if best is None or _better_hop(link, cpd, dist, best, best_cpd, best_dist):
+                    best, best_cpd, best_dist = link, cpd, dist
+        return best, self_dist
+
+    def _route_traffic(self, traffic: Traffic) -> None:
+        link, watermark = self._next_hop(traffic.path, traffic.watermark)
+        if link is not None:
+            forwarded = replace(traffic, watermark=watermark)
+            self._send_queued(link, TYPE_TRAFFIC, forwarded.encode(), traffic.dest, traffic.source)
+        elif traffic.dest == self.key:
+            self._reset_path_timeout(traffic.source)
+            self._out.append(Deliver(traffic.source, traffic.payload))
+        else:
+            broken = PathBroken(list(traffic.from_path), MAX_WATERMARK, traffic.source, traffic.dest)
+            self._handle_broken(broken)
+
+    # ------------------------------------------------------------------ pathfinder
+
+    def _handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
+        """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""
+        xdest = bloom_transform(lookup.dest)
+        mask = key_mask(xdest)
+        body = lookup.encode()
+        for peer in self._peers.values():
+            if peer.on_tree and peer.key != from_key and matches_mask(peer.bloom_recv, mask):
+                self._send_queued(peer.best_link(), TYPE_PATH_LOOKUP, body, lookup.dest, lookup.source)
+        if xdest != self._xform:
+            return
+        seq, path = int(self._now), self.coords()
+        if (seq, path) != (self._notify_seq, self._notify_path):
+            self._notify_seq, self._notify_path = seq, path
+            self._notify_sig = self.identity.sign(notify_info_bytes(seq, path))
+        notify = PathNotify(
+            list(lookup.from_path), MAX_WATERMARK, self.key, lookup.source,
+            self._notify_seq, list(self._notify_path), self._notify_sig,
+        )
+        self._handle_notify(notify)
+
+    def _handle_notify(self, notify: PathNotify) -> None:
+        link, watermark = self._next_hop(notify.path, notify.watermark)
+        if link is not None:
+            body = replace(notify, watermark=watermark).encode()
+            self._send_queued(link, TYPE_PATH_NOTIFY, body, notify.dest, notify.source)
+            return
+        if notify.dest != self.key:
+            return
+        info = self._paths.get(notify.source)
+        if info is not None:
+            if notify.info_seq <= info.seq or notify.info_path == info.path or not notify.check():
+                return
+            info.expires = self._now + PATH_TIMEOUT
+        else:
+            rumor = self._rumors.get(bloom_transform(notify.source))
+            if rumor is None or not notify.check():
+                return
+            info = _PathInfo([], 0, self._now, self._now + PATH_TIMEOUT)
+            if rumor.cached is not None and rumor.cached.dest == notify.source:
+                info.cached, rumor.cached = rumor.cached, None
+            self._paths[notify.source] = info
+        info.path = list(notify.info_path)
+        info.seq = notify.info_seq
+        info.broken = False
+        self._out.append(PathFound(notify.source))
+        if info.cached is not None:
+            cached, info.cached = info.cached, None
+            self._send_local_traffic(cached)
+
+    def _handle_broken(self, broken: PathBroken) -> None:
+        link, watermark = self._next_hop(broken.path, broken.watermark)
+        if link is not None:
+            body = replace(broken, watermark=watermark).encode()
+            self._send_queued(link, TYPE_PATH_BROKEN, body, broken.dest, broken.source)
+            return
+        if broken.source != self.key:
+            return
+        info = self._paths.get(broken.dest)
+        if info is not None:
+            info.broken = True
+            self._send_lookup(broken.dest)
+
+    def _send_local_traffic(self, traffic: Traffic) -> None:
+        info = self._paths.get(traffic.dest)
+        if info is not None:
+            stamped = replace(traffic, path=list(info.path), from_path=self.coords())
+            info.cached = stamped
+            self._route_traffic(stamped)
+            return
+        self._rumor_send_lookup(traffic.dest)
+        rumor = self._rumors.get(bloom_transform(traffic.dest))
+        if rumor is not None:
+            rumor.cached = traffic
+
+    def _rumor_send_lookup(self, dest: bytes) -> None:
+        """Throttled per xform(dest): at most one lookup a second while no path exists."""
+        xform = bloom_transform(dest)
+        rumor = self._rumors.get(xform)
+        if rumor is not None:
+            if self._now - rumor.send_time < PATH_THROTTLE:
+                return
+            rumor.send_time = self._now
+            rumor.expires = self._now + PATH_TIMEOUT
+        elif len(self._rumors) >= MAX_RUMORS:
+            return
+        else:
+            self._rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)
+        self._send_lookup(dest)
+
+    def _send_lookup(self, dest: bytes) -> None:
+        """Throttled only against the path's creation time, as Go does (so PathBroken re-looks up)."""
+        info = self._paths.get(dest)
+        if info is not None and self._now - info.req_time < PATH_THROTTLE:
+            return
+        self._handle_lookup(self.key, PathLookup(self.key, dest, self.coords()))
+
+    def _reset_path_timeout(self, key: bytes) -> None:
+        info = self._paths.get(key)
+        if info is not None and not info.broken:
+            info.expires = self._now + PATH_TIMEOUT
+
+    def _expire_paths(self) -> None:
+        for table in (self._paths, self._rumors):
+            for key in [key for key, entry in table.items() if entry.expires <= self._now]:
+                del table[key]
+
+
+def tree_distance(a: list[int], b: list[int]) -> int:
+    """Hops between two coordinates through their deepest common ancestor."""
+    common = 0
+    for mine, theirs in zip(a, b):
+        if mine != theirs:
+            break
+        common += 1
+    return len(a) + len(b) - 2 * common
+
+
+def _wins(new: Announce, old: Announce) -> bool:
+    """Merge rule: higher seq, then lower parent key, then lower nonce."""
+    if new.seq != old.seq:
+        return new.seq > old.seq
+    if new.parent != old.parent:
+        return new.parent < old.parent
+    return new.nonce < old.nonce
+
+
+def _better_hop(link: _Link, cpd: int, dist: int, best: _Link, best_cpd: int, best_dist: int) -> bool:
+    """ironwood 743fe2f's candidate order: same-key priority, cost per distance, distance, age."""
+    if link.key == best.key and link.priority != best.priority:
+        return link.priority < best.priority
+    if cpd != best_cpd:
+        return cpd < best_cpd
+    if dist != best_dist:
+        return dist < best_dist
+    return link.order < best.order
