@@ -10,6 +10,7 @@ MCP and A2A clients, all on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -56,12 +57,9 @@ def free_port() -> int:
 
 
 class _Server(uvicorn.Server):
-    def install_signal_handlers(self) -> None:
-        return None
+    """uvicorn without signal handling, so pytest keeps Ctrl-C."""
 
     def capture_signals(self):  # type: ignore[override]
-        import contextlib
-
         return contextlib.nullcontext()
 
 

@@ -12,6 +12,7 @@ kept as the exact text the sender wrote, as Go's ``json.RawMessage`` does.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
@@ -28,6 +29,12 @@ def _reject_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_STRING_OR_SPACE = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+')
+
+
+def compact(text: str) -> str:
+    """Valid JSON text without insignificant whitespace, as Go re-encodes a RawMessage."""
+    return _STRING_OR_SPACE.sub(lambda match: match.group(1) or "", text)
 
 
 def go_fold(name: str) -> str:
@@ -218,7 +225,7 @@ def dumps(value: Any) -> str:
 
 def encode_mcp_request(service: str, request_text: str, headers: dict[str, str] | None) -> bytes:
     """The envelope a bridge sends for ``/mcp``; ``request_text`` must be valid JSON."""
-    parts = [f'{{"service":{dumps(service)},"request":{request_text}']
+    parts = [f'{{"service":{dumps(service)},"request":{compact(request_text)}']
     if headers:
         parts.append(f',"headers":{dumps(headers)}')
     parts.append("}")
@@ -230,7 +237,7 @@ def encode_a2a_request(request_text: str | None, headers: dict[str, str] | None)
     if request_text is None:
         body = '{"a2a":true,"agent_card":true,"request":null'
     else:
-        body = f'{{"a2a":true,"request":{request_text}'
+        body = f'{{"a2a":true,"request":{compact(request_text)}'
     if headers:
         body += f',"headers":{dumps(headers)}'
     return (body + "}").encode()
@@ -238,7 +245,7 @@ def encode_a2a_request(request_text: str | None, headers: dict[str, str] | None)
 
 def encode_mcp_reply(service: str, response_text: str | None, error: str | None = None) -> bytes:
     """``{"service","response","error"?}`` exactly as a Go node writes it back."""
-    body = f'{{"service":{dumps(service)},"response":{response_text or "null"}'
+    body = f'{{"service":{dumps(service)},"response":{compact(response_text or "null")}'
     if error:
         body += f',"error":{dumps(error)}'
     return (body + "}").encode()
@@ -246,7 +253,7 @@ def encode_mcp_reply(service: str, response_text: str | None, error: str | None 
 
 def encode_a2a_reply(response_text: str | None, error: str | None = None) -> bytes:
     """``{"a2a":true,"response","error"?}`` exactly as a Go node writes it back."""
-    body = f'{{"a2a":true,"response":{response_text or "null"}'
+    body = f'{{"a2a":true,"response":{compact(response_text or "null")}'
     if error:
         body += f',"error":{dumps(error)}'
     return (body + "}").encode()
