@@ -1,0 +1,44 @@
+# Everyday tasks. `make install` once, then `make run` or `make testnet`.
+PYTHON ?= python3
+N ?= 5
+SHAPE ?= line
+KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
+
+.PHONY: install test test-all run run3 testnet bench bench-sim clean
+
+install:
+	$(PYTHON) -m pip install -e '.[test]'
+
+test:
+	$(PYTHON) -m pytest -q -m "not slow"
+
+test-all:
+	$(PYTHON) -m pytest -q
+
+configs/keys/%.pem:
+	@mkdir -p configs/keys
+	axl-node genkey $@ >/dev/null
+
+# One node with the first config (listens on tls://127.0.0.1:9001, bridge on :9002).
+run: $(KEYS)
+	axl-node --config configs/node1.json
+
+# The three configs of configs/ in one terminal; Ctrl-C stops all three.
+run3: $(KEYS)
+	@trap 'kill 0' INT TERM; \
+	axl-node --config configs/node1.json & sleep 1; \
+	axl-node --config configs/node2.json & \
+	axl-node --config configs/node3.json & \
+	wait
+
+testnet:
+	axl-testnet --nodes $(N) --shape $(SHAPE) --dir testnet
+
+bench:
+	$(PYTHON) -m axl.bench
+
+bench-sim:
+	$(PYTHON) -m axl.sim.bench
+
+clean:
+	rm -rf testnet .pytest_cache build *.egg-info

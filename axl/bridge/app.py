@@ -1,0 +1,129 @@
+"""aiohttp application for the bridge (SPEC.md section 3).
+
+The bridge only translates HTTP to calls on the node and node errors to
+status codes; it knows nothing about links, trees or sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from aiohttp import web
+
+from axl.errors import (
+    DeliveryError,
+    DeliveryTimeout,
+    MessageTooLarge,
+    PeerUnreachable,
+    ReceiverFull,
+)
+from axl.identity import parse_peer_id
+
+log = logging.getLogger("axl.bridge")
+
+MAX_RECV_WAIT = 300.0
+DEST_HEADER = "X-Destination-Peer-Id"
+
+
+class BridgeNode(Protocol):
+    """What the bridge needs from the node."""
+
+    max_message_size: int
+
+    def topology(self) -> dict: ...
+
+    async def send(self, dest_key: bytes, payload: bytes) -> None: ...
+
+    async def recv(self, wait: float) -> tuple[bytes, bytes] | None: ...
+
+
+STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
+    (MessageTooLarge, 413),
+    (PeerUnreachable, 502),
+    (ReceiverFull, 503),
+    (DeliveryTimeout, 504),
+    (DeliveryError, 502),
+]
+
+
+def status_for(error: DeliveryError) -> int:
+    return next(status for kind, status in STATUS_FOR_ERROR if isinstance(error, kind))
+
+
+def text_error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message + "\n")
+
+
+async def read_limited_body(request: web.Request, limit: int) -> bytes:
+    """Read at most `limit` bytes; refuse larger bodies before reading them."""
+    if request.content_length is not None and request.content_length > limit:
+        raise MessageTooLarge(f"payload of {request.content_length} bytes exceeds max_message_size {limit}")
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 20):
+        body += chunk
+        if len(body) > limit:
+            raise MessageTooLarge(f"payload exceeds max_message_size {limit}")
+    return bytes(body)
+
+
+def _node(request: web.Request) -> BridgeNode:
+    return request.app["node"]
+
+
+async def handle_topology(request: web.Request) -> web.Response:
+    return web.json_response(_node(request).topology())
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    topology = _node(request).topology()
+    return web.json_response({
+        "status": "ok",
+        "our_public_key": topology["our_public_key"],
+        "peers_up": sum(1 for peer in topology["peers"] if peer["up"]),
+    })
+
+
+async def handle_send(request: web.Request) -> web.Response:
+    node = _node(request)
+    header = request.headers.get(DEST_HEADER, "")
+    try:
+        dest = parse_peer_id(header.strip().lower())
+    except ValueError:
+        return text_error(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
+    try:
+        payload = await read_limited_body(request, node.max_message_size)
+        await node.send(dest, payload)
+    except DeliveryError as exc:
+        return text_error(status_for(exc), str(exc))
+    return web.Response(status=200, headers={"X-Sent-Bytes": str(len(payload))})
+
+
+async def handle_recv(request: web.Request) -> web.Response:
+    wait_text = request.query.get("wait", "0")
+    try:
+        wait = float(wait_text)
+    except ValueError:
+        return text_error(400, "wait must be a number of seconds")
+    if not 0 <= wait <= MAX_RECV_WAIT:
+        return text_error(400, f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds")
+    message = await _node(request).recv(wait)
+    if message is None:
+        return web.Response(status=204)
+    sender, payload = message
+    return web.Response(
+        status=200,
+        body=payload,
+        headers={"X-From-Peer-Id": sender.hex()},
+        content_type="application/octet-stream",
+    )
+
+
+def build_app(node: BridgeNode) -> web.Application:
+    app = web.Application(client_max_size=node.max_message_size + 1)
+    app["node"] = node
+    app.router.add_get("/topology", handle_topology)
+    app.router.add_get("/health", handle_health)
+    app.router.add_post("/send", handle_send)
+    app.router.add_get("/recv", handle_recv)
+    return app

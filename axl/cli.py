@@ -1,0 +1,131 @@
+"""`axl-node`: run a node from a config file, or generate a key.
+
+Accepts the Go node's single-dash flags (`-config`, `-listen`) as well as the
+usual double-dash ones, so scripts written for either work unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from axl.config import ConfigError, load_config
+from axl.identity import NodeIdentity
+
+EXIT_CONFIG = 2
+
+USAGE_EPILOG = """\
+examples:
+  axl-node --config node-config.json
+  axl-node --config node-config.json --listen tls://0.0.0.0:9001 --log-level debug
+  axl-node genkey private.pem
+
+The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
+GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer}.
+"""
+
+
+def _normalise_go_flags(argv: list[str]) -> list[str]:
+    """Turn Go-style `-config x` / `-listen=x` into `--config x` / `--listen=x`."""
+    long_names = ("config", "listen", "log-level")
+    out = []
+    for arg in argv:
+        name = arg[1:].split("=", 1)[0]
+        if arg.startswith("-") and not arg.startswith("--") and name in long_names:
+            arg = "-" + arg
+        out.append(arg)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="axl-node",
+        description="AXL node: a peer-to-peer overlay daemon (Yggdrasil v0.5 compatible) "
+                    "with an HTTP bridge for applications.",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE",
+                        help="node config file (JSON); without it every setting takes its default")
+    parser.add_argument("--listen", metavar="URI", action="append", default=[],
+                        help="extra listen URI, e.g. tls://0.0.0.0:9001 (prepended to Listen; repeatable)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"], help="log verbosity (default info)")
+    return parser
+
+
+def build_genkey_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="axl-node genkey",
+        description="Write a new ed25519 private key (PKCS#8 PEM, as openssl genpkey writes it).",
+    )
+    parser.add_argument("path", help="where to write the key; an existing file is not overwritten")
+    return parser
+
+
+def genkey(argv: list[str]) -> int:
+    args = build_genkey_parser().parse_args(argv)
+    path = Path(args.path)
+    identity = NodeIdentity.generate()
+    try:
+        with open(path, "xb") as handle:
+            handle.write(identity.pem())
+        path.chmod(0o600)
+    except FileExistsError:
+        print(f"axl-node: {path} already exists; not overwriting it", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"axl-node: cannot write {path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(identity.peer_id)
+    return 0
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(_normalise_go_flags(argv))
+    configure_logging(args.log_level)
+    from axl.node import Node, validate_config
+
+    try:
+        config = load_config(args.config) if args.config else None
+        if config is None:
+            from axl.config import NodeConfig
+            config = NodeConfig()
+        config.listen = list(args.listen) + config.listen
+        validate_config(config)
+        identity, key_origin = config.load_identity()
+    except ConfigError as exc:
+        print(f"axl-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    node = Node(config, identity, key_origin=key_origin)
+    return _run_event_loop(node)
+
+
+def _run_event_loop(node) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(node.run_until_signalled())
+    return uvloop.run(node.run_until_signalled())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["genkey"]:
+        return genkey(argv[1:])
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

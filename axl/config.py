@@ -1,0 +1,172 @@
+"""The node's configuration file: Yggdrasil's overlay keys plus the bridge's
+snake_case settings, in one JSON object (SPEC.md section 2).
+
+A config written for the Go AXL node must load unchanged, so numeric fields
+follow Go's rule that 0 means "use the default". Anything else that is wrong
+stops start-up with a one-line `ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from axl.identity import KeyFileError, NodeIdentity
+
+log = logging.getLogger("axl.config")
+
+# Yggdrasil keys a node config may carry that this node does not use.
+IGNORED_YGGDRASIL_KEYS = frozenset({
+    "InterfacePeers", "AdminListen", "MulticastInterfaces", "IfName", "IfMTU",
+    "LogLookups", "NodeInfoPrivacy", "NodeInfo", "Certificate",
+})
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the field or file."""
+
+
+@dataclass
+class NodeConfig:
+    private_key_path: str = ""
+    private_key_hex: str = ""
+    peers: list[str] = field(default_factory=list)
+    listen: list[str] = field(default_factory=list)
+    allowed_public_keys: list[str] = field(default_factory=list)
+    api_port: int = 9002
+    bridge_addr: str = "127.0.0.1"
+    tcp_port: int = 7000
+    router_addr: str = ""
+    router_port: int = 9003
+    a2a_addr: str = ""
+    a2a_port: int = 9004
+    max_message_size: int = 16 * 1024 * 1024
+    max_concurrent_conns: int = 128
+    conn_read_timeout_secs: int = 60
+    conn_idle_timeout_secs: int = 300
+    recv_queue_max_messages: int = 1024
+    recv_queue_max_bytes: int = 256 * 1024 * 1024
+    send_timeout_secs: int = 60
+    lookup_timeout_secs: int = 10
+    mcp_timeout_secs: int = 30
+    a2a_timeout_secs: int = 30
+
+    def load_identity(self) -> tuple[NodeIdentity, str]:
+        """The node key and a phrase saying where it came from, for the log."""
+        if self.private_key_path:
+            try:
+                return NodeIdentity.load_pem(self.private_key_path), f"key file {self.private_key_path}"
+            except KeyFileError as exc:
+                raise ConfigError(f"PrivateKeyPath: {exc}") from None
+        if self.private_key_hex:
+            return _identity_from_hex(self.private_key_hex), "PrivateKey in the config"
+        return NodeIdentity.generate(), "ephemeral key (no PrivateKeyPath): the peer id changes every run"
+
+    @property
+    def router_url(self) -> str:
+        return f"{self.router_addr}:{self.router_port}" if self.router_addr else ""
+
+    @property
+    def a2a_url(self) -> str:
+        return f"{self.a2a_addr}:{self.a2a_port}" if self.a2a_addr else ""
+
+
+# JSON name -> (attribute, expected kind)
+_OVERLAY_FIELDS = {
+    "PrivateKeyPath": ("private_key_path", str),
+    "PrivateKey": ("private_key_hex", str),
+    "Peers": ("peers", list),
+    "Listen": ("listen", list),
+    "AllowedPublicKeys": ("allowed_public_keys", list),
+}
+_BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr"}
+_PORT_FIELDS = {"api_port", "tcp_port", "router_port", "a2a_port"}
+
+
+def _bridge_fields() -> dict[str, tuple[str, type]]:
+    names = {f.name: f.type for f in fields(NodeConfig)}
+    overlay_attrs = {attr for attr, _ in _OVERLAY_FIELDS.values()}
+    return {
+        name: (name, str if name in _BRIDGE_STR_FIELDS else int)
+        for name in names if name not in overlay_attrs
+    }
+
+
+def _identity_from_hex(text: str) -> NodeIdentity:
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("PrivateKey: not hex") from None
+    if len(raw) not in (32, 64):
+        raise ConfigError("PrivateKey: expected 32 or 64 bytes of hex")
+    identity = NodeIdentity.from_seed(raw[:32])
+    if len(raw) == 64 and raw[32:] != identity.public_key:
+        raise ConfigError("PrivateKey: the public half does not match the seed")
+    return identity
+
+
+def _check_kind(name: str, value: object, kind: type) -> None:
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
+    if kind is list and not all(isinstance(item, str) for item in value):  # type: ignore[union-attr]
+        raise ConfigError(f"{name}: expected a list of strings")
+
+
+def _check_value(name: str, value: object) -> None:
+    if name in _PORT_FIELDS and not 0 <= value <= 65535:  # type: ignore[operator]
+        raise ConfigError(f"{name}: {value} is not a port number")
+    if isinstance(value, int) and value < 0:
+        raise ConfigError(f"{name}: must not be negative")
+    if name in ("router_addr", "a2a_addr") and value:
+        parts = urlsplit(str(value))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{name}: expected a URL with scheme, e.g. http://127.0.0.1")
+    if name == "AllowedPublicKeys":
+        for key in value:  # type: ignore[union-attr]
+            if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
+                raise ConfigError(f"AllowedPublicKeys: {key!r} is not a 64-char hex key")
+
+
+def config_from_dict(raw: dict) -> NodeConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("config: the top level must be a JSON object")
+    config = NodeConfig()
+    bridge = _bridge_fields()
+    for name, value in raw.items():
+        if name in _OVERLAY_FIELDS:
+            attr, kind = _OVERLAY_FIELDS[name]
+        elif name in bridge:
+            attr, kind = bridge[name]
+        elif name in IGNORED_YGGDRASIL_KEYS:
+            log.warning("config: %s is a Yggdrasil setting this node does not use; ignored", name)
+            continue
+        else:
+            log.warning("config: unknown field %s ignored", name)
+            continue
+        if value is None:
+            continue
+        _check_kind(name, value, kind)
+        _check_value(name, value)
+        if kind is int and value == 0:
+            continue  # Go's rule: a zero value keeps the default
+        setattr(config, attr, [v.lower() for v in value] if name == "AllowedPublicKeys" else value)
+    return config
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    return config_from_dict(raw)

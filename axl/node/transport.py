@@ -1,0 +1,304 @@
+"""AXL's application protocol over the userspace TCP stack (asyncio edge).
+
+Every message travels on its own TCP connection to port `tcp_port` of the
+destination's overlay address, as u32be length || body. The sender half-closes
+after the body and waits for the receiver's FIN: a receiver closes only after
+it has read everything, so that FIN is an end-to-end acknowledgement (it works
+against Go receivers too, which close on EOF). A receiver that cannot queue a
+message resets the connection instead, and the sender reports 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from axl.config import NodeConfig
+from axl.errors import (
+    DeliveryError,
+    DeliveryTimeout,
+    MessageTooLarge,
+    PeerUnreachable,
+    ReceiverFull,
+)
+from axl.identity import address_for_key, key_for_address_bytes
+from axl.tcp import events as tcp_events
+from axl.tcp.connection import TcpConnection
+from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
+from axl.tcp.stack import TcpStack
+
+if TYPE_CHECKING:
+    from axl.node.node import Node
+
+log = logging.getLogger("axl.transport")
+
+WRITE_CHUNK = 1 << 20
+MAX_REMEMBERED_SENDERS = 4096
+
+
+class OverlayStream:
+    """asyncio view of one TcpConnection: awaitable connect, write, read, close."""
+
+    def __init__(self, transport: "Transport", conn: TcpConnection, peer_key: bytes | None) -> None:
+        self.transport = transport
+        self.conn = conn
+        self.peer_key = peer_key
+        loop = asyncio.get_running_loop()
+        self.connected: asyncio.Future[None] = loop.create_future()
+        self.ended: asyncio.Future[str] = loop.create_future()
+        self.peer_finished = asyncio.Event()
+        self.readable = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.received = bytearray()
+
+    def on_event(self, event: tcp_events.TcpEvent) -> None:
+        match event:
+            case tcp_events.Connected() | tcp_events.NewConnection():
+                if not self.connected.done():
+                    self.connected.set_result(None)
+            case tcp_events.DataReceived(data=data):
+                self.received += data
+                self.readable.set()
+            case tcp_events.PeerFinished():
+                self.peer_finished.set()
+                self.readable.set()
+            case tcp_events.Closed():
+                self._end("closed")
+            case tcp_events.Reset(reason=reason):
+                self._end(f"reset: {reason}")
+            case tcp_events.TimedOut():
+                self._end("timed out")
+
+    def _end(self, how: str) -> None:
+        if not self.connected.done():
+            self.connected.set_exception(ConnectionError(how))
+            self.connected.exception()
+        if not self.ended.done():
+            self.ended.set_result(how)
+        self.peer_finished.set()
+        self.readable.set()
+        self.writable.set()
+
+    async def write(self, data: bytes | memoryview, deadline: float) -> None:
+        view = memoryview(data)
+        loop = asyncio.get_running_loop()
+        while view:
+            if self.ended.done():
+                raise ConnectionError(self.ended.result())
+            accepted = self.conn.send(view[:WRITE_CHUNK])
+            view = view[accepted:]
+            self.transport.flush()
+            if view and not accepted:
+                self.writable.clear()
+                await asyncio.wait_for(self.writable.wait(), max(0.0, deadline - loop.time()))
+
+    def take_received(self) -> bytes:
+        data = bytes(self.received)
+        self.received.clear()
+        self.readable.clear()
+        return data
+
+    def close(self) -> None:
+        if not self.ended.done():
+            self.conn.close()
+            self.transport.flush()
+
+    def abort(self) -> None:
+        if not self.ended.done():
+            self.conn.abort()
+            self.transport.flush()
+
+
+class Transport:
+    def __init__(self, node: "Node", config: NodeConfig) -> None:
+        self.node = node
+        self.config = config
+        self.stack = TcpStack(node.identity.address, max_connections=config.max_concurrent_conns)
+        self.streams: dict[TcpConnection, OverlayStream] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
+        # overlay address -> the full key its packets were last proven to come from
+        self._senders: OrderedDict[bytes, bytes] = OrderedDict()
+
+    def start(self) -> None:
+        self.stack.listen(self.config.tcp_port)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for stream in list(self.streams.values()):
+            stream.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    # -- moving packets and time in and out of the sans-IO stack --------
+
+    def packet_received(self, source_key: bytes, packet: bytes) -> None:
+        self._remember_sender(packet[8:24], source_key)
+        self.stack.receive(packet, time.monotonic())
+        self._process_events()
+        self.flush()
+
+    def flush(self) -> None:
+        for packet in self.stack.packets_to_send(time.monotonic()):
+            self.node.send_ipv6(packet)
+        self._process_events()
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        when = self.stack.get_timer()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if when is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, when - time.monotonic())
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.stack.handle_timer(time.monotonic())
+        self.flush()
+
+    def _process_events(self) -> None:
+        while (event := self.stack.next_event()) is not None:
+            conn = event.connection
+            if isinstance(event, tcp_events.NewConnection):
+                self._accept(conn)
+            stream = self.streams.get(conn)
+            if stream is None:
+                continue
+            stream.on_event(event)
+            if stream.ended.done():
+                self.streams.pop(conn, None)
+        for stream in self.streams.values():
+            if stream.conn.send_space:
+                stream.writable.set()
+
+    def _remember_sender(self, address: bytes, key: bytes) -> None:
+        self._senders[address] = key
+        self._senders.move_to_end(address)
+        if len(self._senders) > MAX_REMEMBERED_SENDERS:
+            self._senders.popitem(last=False)
+
+    def _accept(self, conn: TcpConnection) -> None:
+        peer = self._senders.get(conn.remote_address) or key_for_address_bytes(conn.remote_address)
+        stream = OverlayStream(self, conn, peer)
+        self.streams[conn] = stream
+        self._spawn(self._serve_inbound(stream))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the sending side -----------------------------------------------
+
+    async def _open(self, dest_key: bytes, deadline: float) -> OverlayStream:
+        loop = asyncio.get_running_loop()
+        conn = self.stack.connect(address_for_key(dest_key), self.config.tcp_port)
+        stream = OverlayStream(self, conn, dest_key)
+        self.streams[conn] = stream
+        self.flush()
+        try:
+            await asyncio.wait_for(asyncio.shield(stream.connected), max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            stream.abort()
+            raise PeerUnreachable(f"no route to {dest_key.hex()}: peer offline or unknown") from None
+        except ConnectionError as exc:
+            raise PeerUnreachable(f"{dest_key.hex()} refused the connection ({exc})") from None
+        return stream
+
+    async def send_message(self, dest_key: bytes, payload: bytes) -> None:
+        if len(payload) > self.config.max_message_size:
+            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds max_message_size")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        stream = await self._open(dest_key, start + self.config.lookup_timeout_secs)
+        deadline = loop.time() + self.config.send_timeout_secs
+        try:
+            await stream.write(message_header(len(payload)), deadline)
+            await stream.write(payload, deadline)
+            stream.close()
+            await asyncio.wait_for(stream.peer_finished.wait(), max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            stream.abort()
+            raise DeliveryTimeout(f"{dest_key.hex()} did not acknowledge within "
+                                  f"{self.config.send_timeout_secs}s") from None
+        except ConnectionError as exc:
+            raise ReceiverFull(f"{dest_key.hex()} refused the message ({exc}): its queue is full") from None
+        if stream.ended.done() and stream.ended.result().startswith("reset"):
+            raise ReceiverFull(f"{dest_key.hex()} refused the message: its receive queue is full")
+
+    async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
+        """One envelope out, one framed reply back on the same connection."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        stream = await self._open(dest_key, min(deadline, loop.time() + self.config.lookup_timeout_secs))
+        decoder = MessageDecoder(self.config.max_message_size)
+        try:
+            await stream.write(message_header(len(payload)) + payload, deadline)
+            while True:
+                await asyncio.wait_for(stream.readable.wait(), max(0.0, deadline - loop.time()))
+                replies = decoder.feed(stream.take_received())
+                if replies:
+                    return replies[0]
+                if stream.peer_finished.is_set() and not stream.received:
+                    raise PeerUnreachable(f"{dest_key.hex()} closed the connection without replying")
+        except asyncio.TimeoutError:
+            raise DeliveryTimeout(f"no reply from {dest_key.hex()} within {timeout:g}s") from None
+        except (ConnectionError, FrameTooLarge) as exc:
+            raise DeliveryError(f"request to {dest_key.hex()} failed: {exc}") from None
+        finally:
+            stream.close()
+
+    # -- the receiving side ---------------------------------------------
+
+    async def _serve_inbound(self, stream: OverlayStream) -> None:
+        """Read messages until the peer's FIN, then close: that FIN acknowledges."""
+        decoder = MessageDecoder(self.config.max_message_size)
+        try:
+            while True:
+                timeout = (self.config.conn_read_timeout_secs if decoder.partial
+                           else self.config.conn_idle_timeout_secs)
+                await asyncio.wait_for(stream.readable.wait(), timeout)
+                for message in decoder.feed(stream.take_received()):
+                    if not await self._handle_inbound(stream, message):
+                        log.warning("receive queue full: refused a message from %s",
+                                    stream.peer_key.hex() if stream.peer_key else "?")
+                        stream.abort()
+                        return
+                if stream.peer_finished.is_set() and not stream.received:
+                    break
+            if decoder.partial:
+                log.warning("connection from %s ended mid-message", stream.peer_key.hex())
+                stream.abort()
+                return
+            stream.close()
+            await asyncio.wait_for(asyncio.shield(stream.ended), 10)
+        except asyncio.TimeoutError:
+            log.info("inbound connection idle or stalled: closing")
+            stream.abort()
+        except FrameTooLarge as exc:
+            log.warning("inbound message refused: %s", exc)
+            stream.abort()
+
+    async def _handle_inbound(self, stream: OverlayStream, message: bytes) -> bool:
+        """Dispatch one message; False means it was refused (queue full)."""
+        reply = await self.node.deliver_inbound(stream.peer_key, message)
+        if reply is False:
+            return False
+        if isinstance(reply, bytes):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.config.conn_read_timeout_secs
+            try:
+                await stream.write(message_header(len(reply)) + reply, deadline)
+            except (ConnectionError, asyncio.TimeoutError) as exc:
+                log.info("could not write a reply to %s: %s", stream.peer_key.hex(), exc)
+        return True

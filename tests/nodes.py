@@ -1,0 +1,159 @@
+"""Start real `axl-node` processes on loopback for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class NodeProcess:
+    name: str
+    config_path: Path
+    api_port: int
+    listen_port: int | None
+    log_path: Path
+    process: subprocess.Popen | None = None
+    peer_id: str = ""
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def listen_uri(self) -> str:
+        return f"tls://127.0.0.1:{self.listen_port}"
+
+    def start(self, timeout: float = 15.0) -> "NodeProcess":
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "axl.cli", "--config", str(self.config_path), *self.extra_args],
+            stdout=log, stderr=log, cwd=self.config_path.parent,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                self.peer_id = self.get_json("/topology")["our_public_key"]
+                return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.name} bridge did not answer: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict | None = None, timeout: float = 30.0) -> tuple[int, dict, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def get_json(self, path: str) -> dict:
+        status, _, body = self.request("GET", path, timeout=5)
+        if status != 200:
+            raise ConnectionError(f"{path}: HTTP {status}")
+        return json.loads(body)
+
+    def send(self, dest: str, payload: bytes, timeout: float = 60.0) -> tuple[int, dict, bytes]:
+        return self.request("POST", "/send", payload, {"X-Destination-Peer-Id": dest}, timeout)
+
+    def recv(self, wait: float = 10.0) -> tuple[int, dict, bytes]:
+        return self.request("GET", f"/recv?wait={wait}", timeout=wait + 10)
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except (OSError, ConnectionError, KeyError, ValueError) as exc:
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+
+
+class Cluster:
+    """Nodes wired by listen/peer URIs, with keys and configs in a temp dir."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.nodes: list[NodeProcess] = []
+
+    def add(self, name: str, *, listen: bool = True, peers: list[NodeProcess] = (),
+            extra: dict | None = None) -> NodeProcess:
+        key_path = self.base / f"{name}.pem"
+        subprocess.run([sys.executable, "-m", "axl.cli", "genkey", str(key_path)],
+                       check=True, capture_output=True)
+        listen_port = free_port() if listen else None
+        config = {
+            "PrivateKeyPath": str(key_path),
+            "Listen": [f"tls://127.0.0.1:{listen_port}"] if listen else [],
+            "Peers": [peer.listen_uri for peer in peers],
+            "api_port": free_port(),
+            **(extra or {}),
+        }
+        config_path = self.base / f"{name}.json"
+        config_path.write_text(json.dumps(config))
+        node = NodeProcess(name, config_path, config["api_port"], listen_port,
+                           self.base / f"{name}.log")
+        self.nodes.append(node)
+        return node
+
+    def set_peers(self, node: NodeProcess, peers: list[NodeProcess]) -> None:
+        config = json.loads(node.config_path.read_text())
+        config["Peers"] = [peer.listen_uri for peer in peers]
+        node.config_path.write_text(json.dumps(config))
+
+    def start_all(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def stop_all(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.name}\n{n.log_path.read_text()[-3000:]}"
+                         for n in self.nodes if n.log_path.exists())
+
+
+def up_peers(node: NodeProcess) -> set[str]:
+    return {p["public_key"] for p in node.get_json("/topology")["peers"] if p["up"]}
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

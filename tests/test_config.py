@@ -1,0 +1,117 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from axl.config import ConfigError, config_from_dict, load_config
+
+
+def write(tmp_path, data, name="c.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_defaults_match_go_node():
+    config = config_from_dict({})
+    assert (config.api_port, config.bridge_addr, config.tcp_port) == (9002, "127.0.0.1", 7000)
+    assert (config.router_port, config.a2a_port) == (9003, 9004)
+    assert config.max_message_size == 16 * 1024 * 1024
+    assert config.max_concurrent_conns == 128
+    assert (config.conn_read_timeout_secs, config.conn_idle_timeout_secs) == (60, 300)
+    assert config.router_url == "" and config.a2a_url == ""
+
+
+def test_go_node_config_loads_unchanged(tmp_path):
+    config = load_config(write(tmp_path, {
+        "PrivateKeyPath": "private.pem",
+        "Peers": ["tls://127.0.0.1:9001", "tls://[::1]:9001"],
+        "Listen": [],
+        "max_message_size": 524288000,
+        "conn_read_timeout_secs": 600,
+        "IfName": "none",
+        "router_addr": "http://127.0.0.1",
+        "api_port": 0,
+    }))
+    assert config.max_message_size == 524288000
+    assert config.conn_read_timeout_secs == 600
+    assert config.api_port == 9002
+    assert config.router_url == "http://127.0.0.1:9003"
+
+
+def test_unknown_field_warns(caplog):
+    config_from_dict({"surprise": 1, "NodeInfo": {}})
+    assert "unknown field surprise" in caplog.text
+    assert "NodeInfo" in caplog.text
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"api_port": "9002"}, "api_port"),
+    ({"api_port": 70000}, "api_port"),
+    ({"api_port": True}, "api_port"),
+    ({"Peers": "tls://x:1"}, "Peers"),
+    ({"Peers": [1]}, "Peers"),
+    ({"max_message_size": -1}, "max_message_size"),
+    ({"router_addr": "127.0.0.1"}, "router_addr"),
+    ({"AllowedPublicKeys": ["abc"]}, "AllowedPublicKeys"),
+    ({"PrivateKey": "zz"}, "PrivateKey"),
+])
+def test_bad_fields_name_the_field(raw, field):
+    with pytest.raises(ConfigError, match=field):
+        config_from_dict(raw)
+
+
+def test_unreadable_and_unparsable_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "none.json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(write(tmp_path, "{nope"))
+    with pytest.raises(ConfigError, match="JSON object"):
+        load_config(write(tmp_path, "[1]"))
+
+
+def test_missing_key_file_is_a_config_error(tmp_path):
+    config = config_from_dict({"PrivateKeyPath": str(tmp_path / "missing.pem")})
+    with pytest.raises(ConfigError, match="PrivateKeyPath"):
+        config.load_identity()
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "axl.cli", *args], capture_output=True,
+                          text=True, timeout=30, cwd=cwd)
+
+
+@pytest.mark.parametrize("content, needle", [
+    ('{"api_port": "x"}', "api_port"),
+    ("{broken", "not valid JSON"),
+    ('{"Peers": ["ftp://h:1"]}', "Peers"),
+    ('{"PrivateKeyPath": "/nonexistent/key.pem"}', "PrivateKeyPath"),
+])
+def test_cli_bad_config_exits_2_with_one_line(tmp_path, content, needle):
+    result = run_cli("-config", str(write(tmp_path, content)))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_missing_config_file(tmp_path):
+    result = run_cli("--config", str(tmp_path / "absent.json"))
+    assert result.returncode == 2 and "cannot read config file" in result.stderr
+
+
+def test_genkey_writes_a_loadable_key_and_refuses_overwrite(tmp_path):
+    path = tmp_path / "k.pem"
+    first = run_cli("genkey", str(path))
+    assert first.returncode == 0 and len(first.stdout.strip()) == 64
+    again = run_cli("genkey", str(path))
+    assert again.returncode == 1 and "already exists" in again.stderr
+    check = subprocess.run(["openssl", "pkey", "-in", str(path), "-pubout"], capture_output=True)
+    assert check.returncode == 0
+
+
+def test_help_mentions_config_and_endpoints():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "--config" in result.stdout and "/send" in result.stdout

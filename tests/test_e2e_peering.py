@@ -1,0 +1,91 @@
+"""Real axl-node processes: peerings come up, go down and come back."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nodes import Cluster, NodeProcess, up_peers, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def configs_cluster(tmp_path):
+    """The three nodes of configs/, unchanged but for the key paths."""
+    nodes = []
+    for index in (1, 2, 3):
+        config = json.loads((REPO / "configs" / f"node{index}.json").read_text())
+        key = tmp_path / f"node{index}.pem"
+        subprocess.run([sys.executable, "-m", "axl.cli", "genkey", str(key)], check=True,
+                       capture_output=True)
+        config["PrivateKeyPath"] = str(key)
+        path = tmp_path / f"node{index}.json"
+        path.write_text(json.dumps(config))
+        nodes.append(NodeProcess(f"node{index}", path, config["api_port"], 9001 if index == 1 else None,
+                                 tmp_path / f"node{index}.log"))
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+def test_configs_peer_go_down_and_come_back(configs_cluster):
+    hub, second, third = configs_cluster
+    for node in configs_cluster:
+        node.start()
+    started = time.monotonic()
+    wait_until(lambda: up_peers(hub) == {second.peer_id, third.peer_id}, 15, what="both peerings up")
+    up_time = time.monotonic() - started
+    topo = second.get_json("/topology")
+    assert topo["our_public_key"] == second.peer_id
+    assert topo["our_ipv6"].startswith("2")
+    (outbound,) = topo["peers"]
+    assert outbound == {**outbound, "uri": "tls://127.0.0.1:9001", "up": True, "inbound": False,
+                        "public_key": hub.peer_id}
+    assert outbound["port"] >= 1
+    inbound_ports = sorted(p["port"] for p in hub.get_json("/topology")["peers"])
+    assert inbound_ports == [1, 2]
+
+    hub.stop()
+    wait_until(lambda: not any(p["up"] for p in second.get_json("/topology")["peers"]), 10,
+               what="peering seen down")
+    down = second.get_json("/topology")["peers"]
+    assert down[0]["uri"] == "tls://127.0.0.1:9001" and down[0]["up"] is False
+
+    hub.start()
+    restarted = time.monotonic()
+    wait_until(lambda: up_peers(second) == {hub.peer_id}, 30, what="peering back up")
+    wait_until(lambda: up_peers(third) == {hub.peer_id}, 30, what="third peering back up")
+    print(f"peering up in {up_time:.2f}s, back after restart in {time.monotonic() - restarted:.2f}s")
+
+
+def test_sigterm_stops_within_two_seconds(tmp_path):
+    cluster = Cluster(tmp_path)
+    node = cluster.add("solo")
+    node.start()
+    started = time.monotonic()
+    assert node.stop() == 0
+    assert time.monotonic() - started < 2.5
+    log = node.log_path.read_text()
+    assert node.peer_id in log and "bridge listening" in log and "Traceback" not in log
+
+
+def test_health_and_unimplemented_free_errors(tmp_path):
+    cluster = Cluster(tmp_path)
+    node = cluster.add("solo")
+    node.start()
+    try:
+        health = node.get_json("/health")
+        assert health["status"] == "ok" and health["our_public_key"] == node.peer_id
+        status, _, body = node.send("zz", b"x")
+        assert status == 400 and b"X-Destination-Peer-Id" in body
+        status, _, _ = node.request("GET", "/recv")
+        assert status == 204
+        status, _, _ = node.request("GET", "/recv?wait=abc")
+        assert status == 400
+    finally:
+        node.stop()
