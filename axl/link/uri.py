@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 SUPPORTED_SCHEMES = ("tls", "tcp")
 KNOWN_UNSUPPORTED_SCHEMES = ("quic", "ws", "wss", "unix", "socks", "sockstls")
 MAX_PASSWORD_BYTES = 64
+# `maxbackoff` is Go's per-peer retry cap; it is accepted so Go peer lists
+# load unchanged, and the manager's own backoff limits apply instead.
 KNOWN_OPTIONS = ("key", "password", "priority", "sni", "maxbackoff")
 
 
@@ -23,6 +25,9 @@ class URIError(ValueError):
 
 @dataclass(frozen=True)
 class PeerURI:
+    """A parsed URI. As in Go, a listen URI uses only `password` and
+    `priority`; `key` pins apply to outbound peers."""
+
     scheme: str
     host: str
     port: int

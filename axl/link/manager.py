@@ -1,0 +1,237 @@
+"""The link manager: listeners, persistent dialers and the set of live links.
+
+This is the asyncio edge of the link layer. The node plugs in through
+`LinkHandler` and sees only `Link` objects; how bytes reach them (TLS or
+not, reconnects, keepalives) stays in here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from axl.identity import NodeIdentity
+from axl.link.connection import Connection, Link, LinkSettings
+from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
+from axl.link.queue import DEFAULT_BYTE_CAP
+from axl.link.tls import client_context, server_context
+from axl.link.uri import PeerURI, URIError, parse_peer_uri
+
+__all__ = ["Link", "LinkHandler", "LinkManager"]
+
+HANDSHAKE_TIMEOUT = 6.0
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 60.0
+BACKOFF_JITTER = 0.2
+STOP_TIMEOUT = 1.0
+
+
+class LinkHandler(Protocol):
+    """What the node implements to hear about links and their frames."""
+
+    def link_up(self, link: Link) -> None: ...
+
+    def frame_received(self, link: Link, ftype: int, body: bytes) -> None: ...
+
+    def link_down(self, link: Link, reason: str) -> None: ...
+
+
+@dataclass
+class _Peer:
+    """A configured outbound peer and its dialer task."""
+
+    uri: PeerURI
+    task: asyncio.Task[None] | None = None
+    connection: Connection | None = None
+
+
+@dataclass
+class _Backoff:
+    """Exponential retry delay with jitter, reset by a successful handshake."""
+
+    minimum: float
+    maximum: float
+    rng: random.Random
+    failures: int = field(default=0)
+
+    def next_delay(self) -> float:
+        base = min(self.maximum, self.minimum * 2 ** self.failures)
+        self.failures += 1
+        return base * (1 + self.rng.uniform(-BACKOFF_JITTER, BACKOFF_JITTER))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def _as_uri(uri: str | PeerURI) -> PeerURI:
+    return uri if isinstance(uri, PeerURI) else parse_peer_uri(uri)
+
+
+class LinkManager:
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        handler: LinkHandler,
+        *,
+        allowed_keys: set[bytes] | frozenset[bytes] = frozenset(),
+        logger: logging.Logger | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        keepalive_delay: float = KEEPALIVE_DELAY,
+        peer_timeout: float = PEER_TIMEOUT,
+        backoff_min: float = BACKOFF_MIN,
+        backoff_max: float = BACKOFF_MAX,
+        queue_byte_cap: int = DEFAULT_BYTE_CAP,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.log = logger or logging.getLogger("axl.link")
+        self._settings = LinkSettings(
+            identity=identity,
+            handler=handler,
+            allowed_keys=frozenset(allowed_keys),
+            logger=self.log,
+            handshake_timeout=handshake_timeout,
+            keepalive_delay=keepalive_delay,
+            peer_timeout=peer_timeout,
+            queue_byte_cap=queue_byte_cap,
+        )
+        self._backoff_min = backoff_min
+        self._backoff_max = backoff_max
+        self._rng = rng or random.Random()
+        self._servers: list[tuple[PeerURI, asyncio.Server]] = []
+        self._peers: dict[str, _Peer] = {}
+        self._inbound: set[Connection] = set()
+        self._stopping = False
+
+    # --- listening -----------------------------------------------------------
+
+    async def start(self, listen_uris: list[str | PeerURI]) -> None:
+        """Bind every listener; a bind failure raises OSError to the caller."""
+        loop = asyncio.get_running_loop()
+        for uri in map(_as_uri, listen_uris):
+            if uri.is_tls and self._settings.server_tls is None:
+                self._settings.server_tls = server_context(self._settings.identity)
+            server = await loop.create_server(lambda uri=uri: self._accept(uri), uri.host, uri.port)
+            self._servers.append((uri, server))
+            self.log.info("listening on %s", self._bound_uri(uri, server))
+
+    def listen_uris(self) -> list[PeerURI]:
+        """The listeners with their actual ports (useful after binding port 0)."""
+        return [self._bound_uri(uri, server) for uri, server in self._servers]
+
+    @staticmethod
+    def _bound_uri(uri: PeerURI, server: asyncio.Server) -> PeerURI:
+        port = server.sockets[0].getsockname()[1] if server.sockets else uri.port
+        return PeerURI(uri.scheme, uri.host, port, uri.pinned_keys, uri.password,
+                       uri.priority, uri.sni)
+
+    def _accept(self, uri: PeerURI) -> Connection:
+        connection = Connection(self._settings, uri, inbound=True)
+        self._inbound.add(connection)
+        connection.done.add_done_callback(lambda _: self._inbound.discard(connection))
+        return connection
+
+    # --- dialing -------------------------------------------------------------
+
+    def add_peer(self, uri: str | PeerURI) -> PeerURI:
+        """Dial `uri` now and keep it connected until removed or stopped.
+
+        Like Go, a second peer with the same host:port is refused.
+        """
+        peer_uri = _as_uri(uri)
+        if peer_uri.host_port in self._peers:
+            raise URIError(f"peer {peer_uri.host_port} is already configured")
+        if peer_uri.is_tls and self._settings.client_tls is None:
+            self._settings.client_tls = client_context(self._settings.identity)
+        peer = _Peer(peer_uri)
+        self._peers[peer_uri.host_port] = peer
+        peer.task = asyncio.get_running_loop().create_task(self._dial_forever(peer))
+        return peer_uri
+
+    def remove_peer(self, uri: str | PeerURI) -> None:
+        """Stop dialing `uri` and close its link, if any."""
+        peer = self._peers.pop(_as_uri(uri).host_port, None)
+        if peer is None:
+            raise URIError(f"peer {uri} is not configured")
+        if peer.task is not None:
+            peer.task.cancel()
+        if peer.connection is not None:
+            peer.connection.shutdown("peer removed")
+
+    async def _dial_forever(self, peer: _Peer) -> None:
+        backoff = _Backoff(self._backoff_min, self._backoff_max, self._rng)
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            if await self._dial_once(peer, loop):
+                backoff.reset()
+            delay = backoff.next_delay()
+            self.log.debug("redialing %s in %.1fs", peer.uri, delay)
+            await asyncio.sleep(delay)
+
+    async def _dial_once(self, peer: _Peer, loop: asyncio.AbstractEventLoop) -> bool:
+        """One connection attempt; True if its handshake succeeded."""
+        uri = peer.uri
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: Connection(self._settings, uri, inbound=False),
+                                       uri.host, uri.port),
+                self._settings.handshake_timeout,
+            )
+        except OSError as exc:
+            self.log.info("dial %s failed: %s", uri, exc or type(exc).__name__)
+            return False
+        peer.connection = connection
+        try:
+            return await connection.done
+        finally:
+            peer.connection = None
+
+    # --- status and shutdown ---------------------------------------------------
+
+    def links(self) -> list[Link]:
+        connections = [p.connection for p in self._peers.values()] + list(self._inbound)
+        return [c.link for c in connections
+                if c is not None and c.link is not None and not c.closed]
+
+    def peers_status(self) -> list[dict[str, Any]]:
+        """One entry per configured peer (up or not) and per inbound link."""
+        status = [self._status(str(p.uri), False, p.connection, p.uri.priority)
+                  for p in self._peers.values()]
+        status += [self._status(c.uri_text, True, c, c.uri.priority)
+                   for c in self._inbound if c.link is not None and not c.closed]
+        return status
+
+    @staticmethod
+    def _status(uri: str, inbound: bool, connection: Connection | None,
+                priority: int) -> dict[str, Any]:
+        link = connection.link if connection is not None and not connection.closed else None
+        return {
+            "uri": uri,
+            "up": link is not None,
+            "inbound": inbound,
+            "public_key": link.remote_key.hex() if link else "",
+            "priority": link.priority if link else priority,
+            "link": link,
+        }
+
+    async def stop(self) -> None:
+        """Close listeners, dialers and links; returns within about a second."""
+        self._stopping = True
+        for _, server in self._servers:
+            server.close()
+        tasks = [p.task for p in self._peers.values() if p.task is not None]
+        for task in tasks:
+            task.cancel()
+        connections = [p.connection for p in self._peers.values() if p.connection]
+        connections += list(self._inbound)
+        for connection in connections:
+            connection.shutdown("shutting down")
+            connection.abort()
+        waits = tasks + [asyncio.ensure_future(s.wait_closed()) for _, s in self._servers]
+        if waits:
+            await asyncio.wait(waits, timeout=STOP_TIMEOUT)
+        self._servers.clear()
+        self._peers.clear()
+        self._inbound.clear()
