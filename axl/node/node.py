@@ -221,7 +221,7 @@ class Node:
                 "parent": "" if entry.is_root else entry.parent.hex(),
                 "sequence": entry.seq,
             }
-            for entry in self.router.tree_entries()
+            for entry in self.router.live_tree_entries()
         ]
 
     # -- life cycle ------------------------------------------------------

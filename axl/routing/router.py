@@ -257,6 +257,20 @@ class Router:
             for key, info in self.infos.items()
         ]
 
+    def live_tree_entries(self) -> list[TreeEntry]:
+        """Entries still backed by a live peering: our ancestry and each peer's.
+
+        Infos of departed nodes linger until their 5-minute expiry (Go keeps
+        them too); applications reading the tree must not wait for them.
+        """
+        keys: dict[bytes, None] = dict.fromkeys(self._ancestry(self.key))
+        for peer_key in self._peers:
+            keys.update(dict.fromkeys(self._ancestry(peer_key)))
+        return [
+            TreeEntry(key, info.parent, info.seq, info.parent == key)
+            for key in keys if (info := self.infos.get(key)) is not None
+        ]
+
     def coords_of(self, key: bytes) -> list[int]:
         """Coordinates of any key we hold an info for ([] when unknown or broken)."""
         return list(self._root_and_path(key)[1])
