@@ -1,0 +1,803 @@
+"""One TCP connection as a sans-IO state machine (an RFC 9293 subset).
+
+Feed it segments with `receive_segment(segment, now)`, collect what it wants
+sent with `segments_to_send(now)`, drive time with `get_timer()` and
+`handle_timer(now)`, and read what happened with `next_event()`.
+
+Loss and reordering are normal on the overlay (relays drop packets that
+queue too long, sessions drop reordered ones), so recovery is what matters:
+RFC 6298 retransmission timer with a low floor, fast retransmit and NewReno
+fast recovery (RFC 6582), out-of-order reassembly and zero-window probes.
+
+Sequence numbers are kept internally as unbounded integers and wrapped to
+32 bits only on the wire, which keeps every comparison a plain `<`.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+from axl.tcp.events import (
+    Closed,
+    Connected,
+    DataReceived,
+    NewConnection,
+    PeerFinished,
+    Reset,
+    TcpEvent,
+    TimedOut,
+)
+from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
+
+SEQ_MODULUS = 1 << 32
+_HALF_SEQ = 1 << 31
+MAX_WINDOW_FIELD = 0xFFFF
+
+IPV6_DEFAULT_MSS = 1220
+"""MSS toward a 1280-byte MTU (the Go node's); also what a SYN without the option implies."""
+
+MAX_MSS = 65535 - 40 - 20
+"""The largest payload of one segment in a 65535-byte IPv6 packet (the core MTU)."""
+
+_INFINITE_SSTHRESH = 1 << 62
+
+
+class State(enum.Enum):
+    CLOSED = "CLOSED"
+    SYN_SENT = "SYN-SENT"
+    SYN_RECEIVED = "SYN-RECEIVED"
+    ESTABLISHED = "ESTABLISHED"
+    FIN_WAIT_1 = "FIN-WAIT-1"
+    FIN_WAIT_2 = "FIN-WAIT-2"
+    CLOSE_WAIT = "CLOSE-WAIT"
+    CLOSING = "CLOSING"
+    LAST_ACK = "LAST-ACK"
+    TIME_WAIT = "TIME-WAIT"
+
+
+_SENDING_STATES = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
+                             State.CLOSING, State.LAST_ACK})
+_RECEIVING_STATES = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
+_OPEN_FOR_WRITES = frozenset({State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED,
+                              State.CLOSE_WAIT})
+
+
+class TcpClosedError(ConnectionError):
+    """The application wrote to a connection it already closed or that ended."""
+
+
+@dataclass
+class TcpConfig:
+    """Tunables shared by the connections of a stack.
+
+    The RTO floor is far below RFC 6298's 1 s because overlay RTTs are small
+    and loss is frequent. The exponential backoff is forgotten as soon as
+    new data is acknowledged (as Linux does) rather than only at the next
+    RTT sample: after go-back-N retransmissions samples are rare, and a
+    backoff kept through a lossy stretch would stall a live transfer; the handshake timeouts (1 s, 2 s, 4 s: given up
+    after 7 s) keep a dial to an offline peer from hanging an HTTP request.
+    """
+
+    mss: int = MAX_MSS
+    send_buffer_size: int = 4 * 1024 * 1024
+    recv_buffer_size: int = 4 * 1024 * 1024
+    initial_rto: float = 1.0
+    min_rto: float = 0.2
+    max_rto: float = 10.0
+    max_retransmits: int = 12
+    syn_retransmits: int = 2
+    time_wait: float = 2.0
+    dupack_threshold: int = 3
+    max_persist_interval: float = 5.0
+    offer_window_scale: bool = True
+
+
+def unwrap_seq(value: int, reference: int) -> int:
+    """The unbounded sequence number nearest `reference` whose low 32 bits are `value`."""
+    return reference + ((value - reference + _HALF_SEQ) % SEQ_MODULUS) - _HALF_SEQ
+
+
+def window_scale_for(buffer_size: int) -> int:
+    """Smallest shift that lets a 16-bit window field describe the whole buffer."""
+    shift = 0
+    while (buffer_size >> shift) > MAX_WINDOW_FIELD and shift < MAX_WINDOW_SCALE:
+        shift += 1
+    return shift
+
+
+def initial_window(mss: int) -> int:
+    """RFC 6928 initial congestion window."""
+    return min(10 * mss, max(2 * mss, 14600))
+
+
+class TcpConnection:
+    """A connection identified by the stack's 4-tuple; created by TcpStack."""
+
+    def __init__(self, local_port: int, remote_address: bytes, remote_port: int, iss: int,
+                 config: TcpConfig | None = None, mss: int | None = None,
+                 events: deque[TcpEvent] | None = None) -> None:
+        self.config = config or TcpConfig()
+        self.local_port = local_port
+        self.remote_address = remote_address
+        self.remote_port = remote_port
+        self.advertised_mss = mss if mss is not None else self.config.mss
+        if not 64 <= self.advertised_mss <= MAX_MSS:
+            raise ValueError(f"MSS {self.advertised_mss} outside 64..{MAX_MSS}")
+        self.state = State.CLOSED
+        self.passive = False
+        self._events: deque[TcpEvent] = events if events is not None else deque()
+        self._announced = False
+
+        self._iss = iss
+        self._snd_una = iss
+        self._snd_nxt = iss
+        self._snd_max = iss
+        self._send_buf = bytearray()
+        self._send_base = iss + 1
+        self._fin_queued = False
+        self._snd_wnd = 0
+        self._snd_wl1 = 0
+        self._snd_wl2 = 0
+        self._snd_wscale = 0
+        self._rcv_wscale = 0
+        self._window_scaling = False
+        self._peer_mss = IPV6_DEFAULT_MSS
+
+        self._rcv_nxt = 0
+        self._rcv_adv = 0
+        self._recv_buf = bytearray()
+        self._ooo_heap: list[int] = []
+        self._ooo: dict[int, bytes] = {}
+        self._ooo_bytes = 0
+        self._peer_fin_seq: int | None = None
+        self._peer_finished = False
+        self._reading = True
+
+        self._ack_now = False
+        self._queued: list[TcpSegment] = []
+
+        self._rto_base = self.config.initial_rto
+        self._backoff = 0
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self._rto_deadline: float | None = None
+        self._retries = 0
+        self._rtt_seq: int | None = None
+        self._rtt_start = 0.0
+        self._persist_deadline: float | None = None
+        self._persist_backoff = 0
+        self._time_wait_deadline: float | None = None
+
+        self._cwnd = 0
+        self._ssthresh = _INFINITE_SSTHRESH
+        self._dupacks = 0
+        self._in_recovery = False
+        self._recover = iss
+        self._retransmit_head = False
+
+        self._finished_announced = False
+        self._closed_pending = False
+
+    # ----------------------------------------------------------------- opening
+
+    def open_active(self) -> None:
+        """Start the handshake: the SYN leaves with the next segments_to_send."""
+        self.state = State.SYN_SENT
+        self._announced = True
+
+    def open_passive(self, syn: TcpSegment) -> None:
+        """Answer a SYN that reached a listener with a SYN-ACK."""
+        self.passive = True
+        self.state = State.SYN_RECEIVED
+        self._take_peer_syn(syn)
+
+    def _take_peer_syn(self, syn: TcpSegment) -> None:
+        irs = syn.seq
+        self._rcv_nxt = irs + 1
+        self._peer_mss = syn.mss if syn.mss else IPV6_DEFAULT_MSS
+        self._window_scaling = syn.window_scale is not None
+        if self._window_scaling:
+            self._snd_wscale = syn.window_scale
+            self._rcv_wscale = window_scale_for(self.config.recv_buffer_size)
+        self._snd_wnd = syn.window
+        self._snd_wl1 = irs
+        self._cwnd = initial_window(self.send_mss)
+        self._rcv_adv = self._rcv_nxt + self._syn_window()
+
+    def _syn_window(self) -> int:
+        """Window fields of SYNs are never scaled."""
+        return min(self.config.recv_buffer_size, MAX_WINDOW_FIELD)
+
+    # ------------------------------------------------------------- application
+
+    @property
+    def send_mss(self) -> int:
+        """Payload bytes per segment: the peer's MSS, never above our own."""
+        return max(1, min(self._peer_mss, self.advertised_mss))
+
+    @property
+    def send_space(self) -> int:
+        """Bytes `send` would accept now (buffered, not yet acknowledged, data counts)."""
+        if self.state not in _OPEN_FOR_WRITES or self._fin_queued:
+            return 0
+        return max(0, self.config.send_buffer_size - len(self._send_buf))
+
+    @property
+    def bytes_in_flight(self) -> int:
+        return self._snd_nxt - self._snd_una
+
+    @property
+    def unacknowledged(self) -> int:
+        """Stream bytes written by the application that the peer has not yet acknowledged."""
+        return len(self._send_buf)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    def send(self, data: bytes | bytearray | memoryview) -> int:
+        """Queue as much of `data` as the send buffer holds; returns how much."""
+        if self.state not in _OPEN_FOR_WRITES or self._fin_queued:
+            raise TcpClosedError(f"cannot send in state {self.state.value}")
+        accepted = min(len(data), self.send_space)
+        if accepted:
+            self._send_buf += memoryview(data)[:accepted]
+        return accepted
+
+    def close(self) -> None:
+        """Send FIN after every queued byte; the peer may keep sending until its FIN.
+
+        Before the handshake completes the FIN waits for it, so an application
+        can connect, send and close at once (as a one-shot message sender does).
+        """
+        if self.state in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED):
+            self._fin_queued = True
+            if self.state is State.ESTABLISHED:
+                self.state = State.FIN_WAIT_1
+        elif self.state is State.CLOSE_WAIT:
+            self._fin_queued = True
+            self.state = State.LAST_ACK
+
+    def abort(self) -> None:
+        """Drop the connection and tell the peer with RST."""
+        if self.state is State.CLOSED:
+            return
+        if self.state is not State.SYN_SENT:
+            self._queued.append(self._make_segment(self._snd_nxt, RST | ACK))
+        self._enter_closed()
+        self._emit(Reset(self, "aborted"))
+
+    def pause_reading(self) -> None:
+        """Keep received data in the receive buffer; the window closes as it fills."""
+        self._reading = False
+
+    def resume_reading(self) -> None:
+        """Deliver buffered data as events again, and reopen the window."""
+        self._reading = True
+        self._deliver()
+        self._after_drain()
+
+    def read(self, max_bytes: int = -1) -> bytes:
+        """Take buffered data directly (while paused); reopens the window."""
+        size = len(self._recv_buf) if max_bytes < 0 else min(max_bytes, len(self._recv_buf))
+        data = bytes(self._recv_buf[:size])
+        del self._recv_buf[:size]
+        self._deliver()
+        self._after_drain()
+        return data
+
+    def next_event(self) -> TcpEvent | None:
+        """The next event; a stack passes its own queue in, so use the stack's next_event there."""
+        return self._events.popleft() if self._events else None
+
+    # ---------------------------------------------------------------- receiving
+
+    def receive_segment(self, segment: TcpSegment, now: float) -> None:
+        """Process one segment addressed to this connection."""
+        if self.state is State.CLOSED:
+            return
+        if self.state is State.SYN_SENT:
+            self._receive_in_syn_sent(segment, now)
+        else:
+            self._receive_synchronized(segment, now)
+        self._deliver()
+
+    def _receive_in_syn_sent(self, segment: TcpSegment, now: float) -> None:
+        flags = segment.flags
+        ack = unwrap_seq(segment.ack, self._iss)
+        ack_ok = self._iss < ack <= self._snd_max
+        if flags & ACK and not ack_ok:
+            if not flags & RST:
+                self._queued.append(TcpSegment(self.local_port, self.remote_port,
+                                               segment.ack, 0, RST, 0))
+            return
+        if flags & RST:
+            if flags & ACK:
+                self._enter_closed()
+                self._emit(Reset(self, "refused"))
+            return
+        if not flags & SYN:
+            return
+        self._take_peer_syn(segment)
+        if flags & ACK:
+            self._snd_wl2 = ack
+            self._ack_advances(ack, now)
+            self._establish()
+            self._ack_now = True
+        else:
+            self.state = State.SYN_RECEIVED
+            self._snd_nxt = self._iss
+
+    def _receive_synchronized(self, segment: TcpSegment, now: float) -> None:
+        flags = segment.flags
+        seq = unwrap_seq(segment.seq, self._rcv_nxt)
+        if flags & RST:
+            self._receive_rst(seq)
+            return
+        if flags & SYN:
+            self._receive_stray_syn(seq)
+            return
+        ack = unwrap_seq(segment.ack, self._snd_una)
+        if not self._acceptable(seq, len(segment.payload) + (1 if flags & FIN else 0)):
+            self._receive_unacceptable(segment, seq, ack, now)
+            return
+        if not flags & ACK:
+            return
+        if self.state is State.SYN_RECEIVED:
+            if not self._snd_una < ack <= self._snd_max:
+                self._queued.append(TcpSegment(self.local_port, self.remote_port,
+                                               segment.ack, 0, RST, 0))
+                return
+            self._ack_advances(ack, now)
+            self._establish()
+            self._snd_wl1 = seq - 1
+        if not self._process_ack(segment, seq, ack, now):
+            return
+        if self.state is State.CLOSED:
+            return
+        if self.state in _RECEIVING_STATES:
+            self._receive_payload(seq, segment.payload, bool(flags & FIN), now)
+        elif self.state is State.TIME_WAIT and flags & FIN:
+            self._ack_now = True
+            self._time_wait_deadline = now + self.config.time_wait
+
+    def _receive_unacceptable(self, segment: TcpSegment, seq: int, ack: int, now: float) -> None:
+        """Answer with an ACK; with a zero window still honour the ACK it carries."""
+        self._ack_now = True
+        if self.state is State.TIME_WAIT:
+            self._time_wait_deadline = now + self.config.time_wait
+        elif (seq == self._rcv_nxt and segment.flags & ACK and self.state is not State.SYN_RECEIVED
+              and self._receive_window_size() == 0):
+            self._process_ack(segment, seq, ack, now)
+
+    def _receive_rst(self, seq: int) -> None:
+        """Accept a RST only at a sequence number inside our window (RFC 5961 spirit)."""
+        if not self._rcv_nxt <= seq < self._rcv_nxt + max(1, self._receive_window_size()):
+            return
+        if self.state is State.TIME_WAIT:
+            self._enter_closed()
+            return
+        self._enter_closed()
+        self._emit(Reset(self, "reset by peer"))
+
+    def _receive_stray_syn(self, seq: int) -> None:
+        """A repeated SYN means our SYN-ACK was lost; any other SYN gets a challenge ACK."""
+        if self.state is State.SYN_RECEIVED and seq == self._rcv_nxt - 1:
+            self._snd_nxt = self._iss
+        else:
+            self._ack_now = True
+
+    def _acceptable(self, seq: int, length: int) -> bool:
+        """RFC 9293 3.10.7.4 acceptability against our current receive window."""
+        window = self._receive_window_size()
+        start, end = self._rcv_nxt, self._rcv_nxt + window
+        if length == 0:
+            return seq == start if window == 0 else start <= seq < end or seq == start
+        if window == 0:
+            return False
+        return start <= seq < end or start < seq + length <= end or (seq < start and seq + length > end)
+
+    def _establish(self) -> None:
+        self.state = State.ESTABLISHED
+        self._retries = 0
+        self._backoff = 0
+        if self._srtt is None:
+            self._rto_base = self.config.initial_rto
+        if self._fin_queued:
+            self.state = State.FIN_WAIT_1
+        self._announced = True
+        self._emit(NewConnection(self) if self.passive else Connected(self))
+
+    def _process_ack(self, segment: TcpSegment, seq: int, ack: int, now: float) -> bool:
+        """Apply the acknowledgement; False when the segment must be dropped."""
+        if ack > self._snd_max:
+            self._ack_now = True
+            return False
+        window = segment.window << self._snd_wscale
+        window_changed = False
+        if self._snd_wl1 < seq or (self._snd_wl1 == seq and self._snd_wl2 <= ack):
+            window_changed = window != self._snd_wnd
+            self._snd_wnd = window
+            self._snd_wl1 = seq
+            self._snd_wl2 = ack
+            if window > 0:
+                self._persist_deadline = None
+                self._persist_backoff = 0
+            else:
+                self._retries = 0
+        if ack > self._snd_una:
+            self._ack_advances(ack, now)
+            self._after_our_fin_acked(now)
+        elif (ack == self._snd_una and self._snd_max > self._snd_una and not segment.payload
+              and not segment.flags & FIN and not window_changed and self._snd_wnd > 0):
+            self._duplicate_ack()
+        return True
+
+    def _ack_advances(self, ack: int, now: float) -> None:
+        acked = ack - self._snd_una
+        data_acked = min(ack, self._send_base + len(self._send_buf)) - self._send_base
+        if data_acked > 0:
+            del self._send_buf[:data_acked]
+            self._send_base += data_acked
+        self._snd_una = ack
+        if self._snd_nxt < ack:
+            self._snd_nxt = ack
+        if self._rtt_seq is not None and ack >= self._rtt_seq:
+            self._rtt_sample(now - self._rtt_start)
+            self._rtt_seq = None
+        self._retries = 0
+        self._backoff = 0
+        self._on_new_ack(acked)
+        self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
+
+    def _after_our_fin_acked(self, now: float) -> None:
+        if not self._fin_sent() or self._snd_una < self._snd_max:
+            return
+        if self.state is State.FIN_WAIT_1:
+            self.state = State.FIN_WAIT_2
+        elif self.state is State.CLOSING:
+            self._enter_time_wait(now)
+        elif self.state is State.LAST_ACK:
+            self._enter_closed()
+            self._closed_pending = True
+
+    def _fin_sent(self) -> bool:
+        return self._fin_queued and self._snd_max > self._send_base + len(self._send_buf)
+
+    def _receive_payload(self, seq: int, payload: bytes | memoryview, fin: bool, now: float) -> None:
+        if not payload and not fin:
+            return
+        end = seq + len(payload)
+        if end + (1 if fin else 0) <= self._rcv_nxt:
+            self._ack_now = True
+            return
+        if seq < self._rcv_nxt:
+            payload = payload[self._rcv_nxt - seq:]
+            seq = self._rcv_nxt
+        right_edge = self._rcv_nxt + self._receive_window_size()
+        if seq + len(payload) > right_edge:
+            payload = payload[:max(0, right_edge - seq)]
+            fin = False
+        if fin:
+            self._peer_fin_seq = seq + len(payload)
+        if seq == self._rcv_nxt:
+            self._recv_buf += payload
+            self._rcv_nxt += len(payload)
+            self._drain_out_of_order()
+            self._ack_now = True
+        else:
+            self._store_out_of_order(seq, bytes(payload))
+            self._queued.append(self._make_segment(self._snd_nxt, ACK))
+        if self._peer_fin_seq is not None and self._peer_fin_seq == self._rcv_nxt:
+            self._receive_fin(now)
+
+    def _store_out_of_order(self, seq: int, payload: bytes) -> None:
+        if not payload or self._ooo_bytes + len(payload) > self.config.recv_buffer_size:
+            return
+        known = self._ooo.get(seq)
+        if known is not None and len(known) >= len(payload):
+            return
+        if known is None:
+            heapq.heappush(self._ooo_heap, seq)
+        else:
+            self._ooo_bytes -= len(known)
+        self._ooo[seq] = payload
+        self._ooo_bytes += len(payload)
+
+    def _drain_out_of_order(self) -> None:
+        heap = self._ooo_heap
+        while heap and heap[0] <= self._rcv_nxt:
+            start = heapq.heappop(heap)
+            data = self._ooo.pop(start)
+            self._ooo_bytes -= len(data)
+            end = start + len(data)
+            if end > self._rcv_nxt:
+                self._recv_buf += memoryview(data)[self._rcv_nxt - start:]
+                self._rcv_nxt = end
+
+    def _receive_fin(self, now: float) -> None:
+        self._rcv_nxt += 1
+        self._rcv_adv += 1
+        self._peer_finished = True
+        self._ack_now = True
+        self._ooo.clear()
+        self._ooo_heap.clear()
+        self._ooo_bytes = 0
+        if self.state is State.ESTABLISHED:
+            self.state = State.CLOSE_WAIT
+        elif self.state is State.FIN_WAIT_1:
+            if self._fin_sent() and self._snd_una == self._snd_max:
+                self._enter_time_wait(now)
+            else:
+                self.state = State.CLOSING
+        elif self.state is State.FIN_WAIT_2:
+            self._enter_time_wait(now)
+
+    def _enter_time_wait(self, now: float) -> None:
+        self.state = State.TIME_WAIT
+        self._time_wait_deadline = now + self.config.time_wait
+        self._rto_deadline = None
+        self._persist_deadline = None
+        self._closed_pending = True
+
+    def _enter_closed(self) -> None:
+        self.state = State.CLOSED
+        self._rto_deadline = None
+        self._persist_deadline = None
+        self._time_wait_deadline = None
+
+    def _emit(self, event: TcpEvent) -> None:
+        if self._announced:
+            self._events.append(event)
+
+    def _deliver(self) -> None:
+        """Hand over data, then end-of-stream, then Closed, strictly in that order."""
+        if self._reading and self._recv_buf:
+            self._emit(DataReceived(self, bytes(self._recv_buf)))
+            self._recv_buf.clear()
+        if self._recv_buf:
+            return
+        if self._peer_finished and not self._finished_announced:
+            self._finished_announced = True
+            self._emit(PeerFinished(self))
+        if self._closed_pending and self._finished_announced:
+            self._closed_pending = False
+            self._emit(Closed(self))
+
+    # ------------------------------------------------------------ receive window
+
+    def _receive_window_size(self) -> int:
+        """The window we have promised: its right edge never moves left."""
+        return max(0, self._rcv_adv - self._rcv_nxt, self._free_window())
+
+    def _free_window(self) -> int:
+        free = max(0, self.config.recv_buffer_size - len(self._recv_buf))
+        return min(free >> self._rcv_wscale, MAX_WINDOW_FIELD) << self._rcv_wscale
+
+    def _window_field(self) -> int:
+        """Advertise new space only in useful amounts (receiver-side SWS avoidance)."""
+        candidate = self._rcv_nxt + self._free_window()
+        threshold = min(self.config.recv_buffer_size // 2, self.advertised_mss)
+        if candidate >= self._rcv_adv + threshold or self._rcv_adv < self._rcv_nxt:
+            self._rcv_adv = max(self._rcv_adv, candidate)
+        window = (self._rcv_adv - self._rcv_nxt) >> self._rcv_wscale
+        return min(window, MAX_WINDOW_FIELD)
+
+    def _after_drain(self) -> None:
+        """Tell the peer about reopened space once it is worth a segment."""
+        if self.state not in _RECEIVING_STATES:
+            return
+        threshold = min(self.config.recv_buffer_size // 2, self.advertised_mss)
+        if self._rcv_nxt + self._free_window() >= self._rcv_adv + threshold:
+            self._ack_now = True
+
+    # ---------------------------------------------------------------- sending
+
+    def segments_to_send(self, now: float) -> list[TcpSegment]:
+        """Everything due now: control segments, handshake, data, FIN, ACKs."""
+        out = self._queued
+        self._queued = []
+        if self.state in (State.SYN_SENT, State.SYN_RECEIVED):
+            self._emit_handshake(out, now)
+        elif self.state in _SENDING_STATES:
+            if self._retransmit_head:
+                self._emit_head(out, now)
+            self._emit_data(out, now)
+        self._emit_acks(out)
+        self._arm_persist(now)
+        return out
+
+    def _emit_handshake(self, out: list[TcpSegment], now: float) -> None:
+        if self._snd_nxt != self._iss:
+            return
+        syn_ack = self.state is State.SYN_RECEIVED
+        segment = TcpSegment(
+            self.local_port, self.remote_port, self._iss, self._rcv_nxt if syn_ack else 0,
+            SYN | ACK if syn_ack else SYN, self._syn_window(), mss=self.advertised_mss,
+            window_scale=self._syn_window_scale(syn_ack),
+        )
+        out.append(segment)
+        if self._snd_max == self._iss and self._rtt_seq is None and self._retries == 0:
+            self._rtt_seq, self._rtt_start = self._iss + 1, now
+        self._snd_nxt = self._snd_max = self._iss + 1
+        self._ack_now = False
+        if self._rto_deadline is None:
+            self._rto_deadline = now + self.rto
+
+    def _syn_window_scale(self, syn_ack: bool) -> int | None:
+        """Offer scaling on our SYN; on a SYN-ACK only if the peer offered it."""
+        if syn_ack:
+            return self._rcv_wscale if self._window_scaling else None
+        if not self.config.offer_window_scale:
+            return None
+        return window_scale_for(self.config.recv_buffer_size)
+
+    def _emit_head(self, out: list[TcpSegment], now: float) -> None:
+        """Resend the first unacknowledged segment, whatever the windows say."""
+        self._retransmit_head = False
+        self._rtt_seq = None
+        data_end = self._send_base + len(self._send_buf)
+        size = min(self.send_mss, max(0, data_end - self._snd_una))
+        fin = self._fin_sent() and self._snd_una + size == data_end
+        if size == 0 and not fin:
+            return
+        out.append(self._data_segment(self._snd_una, size, fin))
+        self._snd_nxt = max(self._snd_nxt, self._snd_una + size + (1 if fin else 0))
+        if self._rto_deadline is None:
+            self._rto_deadline = now + self.rto
+
+    def _emit_data(self, out: list[TcpSegment], now: float) -> None:
+        data_end = self._send_base + len(self._send_buf)
+        mss = self.send_mss
+        while True:
+            window_end = self._snd_una + min(self._snd_wnd, self._cwnd)
+            pending = data_end - self._snd_nxt
+            if pending > 0:
+                size = min(mss, pending, window_end - self._snd_nxt)
+                if size <= 0 or (size < mss and size < pending and self._snd_nxt > self._snd_una):
+                    return
+            elif self._fin_queued and self._snd_nxt == data_end:
+                size = 0
+            else:
+                return
+            fin = self._fin_queued and self._snd_nxt + size == data_end
+            out.append(self._data_segment(self._snd_nxt, size, fin))
+            self._advance_snd_nxt(size + (1 if fin else 0), now)
+
+    def _advance_snd_nxt(self, length: int, now: float) -> None:
+        start = self._snd_nxt
+        self._snd_nxt += length
+        if self._snd_nxt > self._snd_max:
+            if self._rtt_seq is None and start >= self._snd_max:
+                self._rtt_seq, self._rtt_start = self._snd_nxt, now
+            self._snd_max = self._snd_nxt
+        if self._rto_deadline is None:
+            self._rto_deadline = now + self.rto
+
+    def _data_segment(self, seq: int, size: int, fin: bool) -> TcpSegment:
+        offset = seq - self._send_base
+        with memoryview(self._send_buf) as view:
+            payload = bytes(view[offset:offset + size])
+        flags = ACK | (FIN if fin else 0)
+        if size and offset + size == len(self._send_buf):
+            flags |= PSH
+        self._ack_now = False
+        return self._make_segment(seq, flags, payload)
+
+    def _emit_acks(self, out: list[TcpSegment]) -> None:
+        """One ACK covers everything received in order since the last segment we sent."""
+        if self._ack_now and self.state not in (State.CLOSED, State.SYN_SENT):
+            out.append(self._make_segment(self._snd_nxt, ACK))
+        self._ack_now = False
+
+    def _make_segment(self, seq: int, flags: int, payload: bytes = b"") -> TcpSegment:
+        return TcpSegment(self.local_port, self.remote_port, seq, self._rcv_nxt, flags,
+                          self._window_field(), payload=payload)
+
+    # ------------------------------------------------------- congestion control
+
+    def _on_new_ack(self, acked: int) -> None:
+        mss = self.send_mss
+        self._dupacks = 0
+        if self._in_recovery:
+            if self._snd_una >= self._recover:
+                self._in_recovery = False
+                self._cwnd = max(mss, min(self._ssthresh, self._snd_max - self._snd_una + mss))
+            else:
+                self._retransmit_head = True
+                self._cwnd = max(mss, self._cwnd - acked + mss)
+            return
+        if self._cwnd < self._ssthresh:
+            self._cwnd += acked
+        else:
+            self._cwnd += max(1, mss * acked // self._cwnd)
+
+    def _duplicate_ack(self) -> None:
+        mss = self.send_mss
+        self._dupacks += 1
+        if self._in_recovery:
+            self._cwnd += mss
+        elif self._dupacks == self.config.dupack_threshold and self._snd_una >= self._recover:
+            flight = self._snd_max - self._snd_una
+            self._ssthresh = max(flight // 2, 2 * mss)
+            self._cwnd = self._ssthresh + 3 * mss
+            self._recover = self._snd_max
+            self._in_recovery = True
+            self._retransmit_head = True
+
+    # ---------------------------------------------------------------- timers
+
+    def _rtt_sample(self, rtt: float) -> None:
+        """RFC 6298 section 2, with a floor suited to the overlay."""
+        if self._srtt is None:
+            self._srtt = rtt
+            self._rttvar = rtt / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
+            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+        rto = self._srtt + max(0.001, 4 * self._rttvar)
+        self._rto_base = min(self.config.max_rto, max(self.config.min_rto, rto))
+
+    @property
+    def rto(self) -> float:
+        """The current retransmission timeout, backoff included."""
+        return min(self.config.max_rto, self._rto_base * (1 << self._backoff))
+
+    def get_timer(self) -> float | None:
+        deadlines = [d for d in (self._rto_deadline, self._persist_deadline,
+                                 self._time_wait_deadline) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        if self._time_wait_deadline is not None and now >= self._time_wait_deadline:
+            self._enter_closed()
+            return
+        if self._rto_deadline is not None and now >= self._rto_deadline:
+            self._on_retransmission_timeout(now)
+        if self._persist_deadline is not None and now >= self._persist_deadline:
+            self._send_window_probe(now)
+        self._deliver()
+
+    def _on_retransmission_timeout(self, now: float) -> None:
+        handshaking = self.state in (State.SYN_SENT, State.SYN_RECEIVED)
+        limit = self.config.syn_retransmits if handshaking else self.config.max_retransmits
+        if self._retries >= limit:
+            if not handshaking:
+                self._queued.append(self._make_segment(self._snd_nxt, RST | ACK))
+            self._enter_closed()
+            self._emit(TimedOut(self))
+            return
+        self._retries += 1
+        mss = self.send_mss
+        self._ssthresh = max((self._snd_max - self._snd_una) // 2, 2 * mss)
+        self._cwnd = mss
+        self._in_recovery = False
+        self._recover = self._snd_max
+        self._dupacks = 0
+        self._rtt_seq = None
+        self._snd_nxt = self._snd_una
+        self._retransmit_head = not handshaking
+        self._backoff = min(self._backoff + 1, 16)
+        self._rto_deadline = now + self.rto
+
+    def _arm_persist(self, now: float) -> None:
+        """Probe a zero window while data waits and nothing is in flight to carry an ACK back."""
+        waiting = self._send_base + len(self._send_buf) > self._snd_nxt
+        if (self.state in _SENDING_STATES and waiting and self._snd_wnd == 0
+                and self._snd_max == self._snd_una):
+            if self._persist_deadline is None:
+                interval = min(self._rto_base * (1 << self._persist_backoff),
+                               self.config.max_persist_interval)
+                self._persist_deadline = now + interval
+        else:
+            self._persist_deadline = None
+
+    def _send_window_probe(self, now: float) -> None:
+        """An already-acknowledged sequence number forces the peer to answer with its window."""
+        self._persist_deadline = None
+        self._persist_backoff = min(self._persist_backoff + 1, 16)
+        self._queued.append(self._make_segment(self._snd_una - 1, ACK))
+        self._arm_persist(now)

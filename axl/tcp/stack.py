@@ -1,0 +1,174 @@
+"""A userspace TCP endpoint on one IPv6 address: listeners, dialer, demultiplexing.
+
+The stack takes whole IPv6 packets from the packet layer and returns whole
+IPv6 packets for it. It owns the connections (keyed by the 4-tuple), answers
+segments nobody wants with RST as RFC 9293 says, and enforces the cap on
+accepted connections the way the Go node's listener does (over the cap the
+dialer is refused at once).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+
+from axl.tcp.connection import State, TcpConfig, TcpConnection
+from axl.tcp.events import TcpEvent
+from axl.tcp.segment import ACK, RST, SYN, TcpSegment, decode_packet, encode_packet
+
+EPHEMERAL_PORTS = range(49152, 65536)
+DEFAULT_MAX_CONNECTIONS = 128
+
+ConnectionKey = tuple[bytes, int, int]
+"""(remote address, remote port, local port); the local address is the stack's."""
+
+
+class TcpStack:
+    """Every TCP connection of one local address, driven sans-IO like its connections.
+
+    `mss_for_remote` lets the owner choose the MSS we advertise per peer
+    address (1220 toward Go nodes, large toward Python nodes) when `listen`
+    or `connect` does not fix one; the peer's own MSS is always honoured.
+    """
+
+    def __init__(self, local_address: bytes, *, config: TcpConfig | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 mss_for_remote: Callable[[bytes], int | None] | None = None,
+                 rng: random.Random | None = None, hop_limit: int = 64) -> None:
+        if len(local_address) != 16:
+            raise ValueError("local address must be 16 bytes")
+        self.local_address = local_address
+        self.config = config or TcpConfig()
+        self.max_connections = max_connections
+        self.mss_for_remote = mss_for_remote
+        self.hop_limit = hop_limit
+        self._rng = rng or random.SystemRandom()
+        self._connections: dict[ConnectionKey, TcpConnection] = {}
+        self._listeners: dict[int, int | None] = {}
+        self._events: deque[TcpEvent] = deque()
+        self._replies: list[bytes] = []
+
+    # ------------------------------------------------------------- application
+
+    def listen(self, port: int, mss: int | None = None) -> None:
+        """Accept connections on `port`; `mss` fixes what accepted ones advertise."""
+        self._listeners[port] = mss
+
+    def stop_listening(self, port: int) -> None:
+        self._listeners.pop(port, None)
+
+    def connect(self, remote_address: bytes, remote_port: int,
+                mss: int | None = None) -> TcpConnection:
+        """Open a connection from an ephemeral port; its SYN leaves with packets_to_send."""
+        local_port = self._free_port(remote_address, remote_port)
+        conn = TcpConnection(local_port, remote_address, remote_port, self._rng.getrandbits(32),
+                             self.config, self._choose_mss(remote_address, mss), self._events)
+        conn.open_active()
+        self._connections[(remote_address, remote_port, local_port)] = conn
+        return conn
+
+    @property
+    def connections(self) -> list[TcpConnection]:
+        return list(self._connections.values())
+
+    def accepted_count(self) -> int:
+        """Accepted connections that still count against max_connections."""
+        return sum(1 for conn in self._connections.values()
+                   if conn.passive and conn.state not in (State.CLOSED, State.TIME_WAIT))
+
+    def next_event(self) -> TcpEvent | None:
+        return self._events.popleft() if self._events else None
+
+    # ---------------------------------------------------------------- network
+
+    def receive(self, packet: bytes, now: float) -> None:
+        """Handle one IPv6 packet; raises DecodeError (TcpDecodeError) if malformed."""
+        decoded = decode_packet(packet)
+        if decoded.dst != self.local_address:
+            return
+        segment = decoded.segment
+        key = (decoded.src, segment.src_port, segment.dst_port)
+        conn = self._connections.get(key)
+        if conn is not None and self._replaced_by_new_syn(conn, segment):
+            del self._connections[key]
+            conn = None
+        if conn is not None:
+            conn.receive_segment(segment, now)
+        elif segment.flags & (SYN | ACK | RST) == SYN and segment.dst_port in self._listeners:
+            self._accept(decoded.src, segment)
+        else:
+            self._refuse(decoded.src, segment)
+
+    def packets_to_send(self, now: float) -> list[bytes]:
+        """Every packet due now; finished connections are dropped after their last segments."""
+        packets = self._replies
+        self._replies = []
+        finished = []
+        for key, conn in self._connections.items():
+            for segment in conn.segments_to_send(now):
+                packets.append(encode_packet(self.local_address, conn.remote_address,
+                                             segment, self.hop_limit))
+            if conn.is_closed:
+                finished.append(key)
+        for key in finished:
+            del self._connections[key]
+        return packets
+
+    def get_timer(self) -> float | None:
+        deadlines = [t for t in (c.get_timer() for c in self._connections.values()) if t is not None]
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        for conn in list(self._connections.values()):
+            deadline = conn.get_timer()
+            if deadline is not None and deadline <= now:
+                conn.handle_timer(now)
+
+    # ---------------------------------------------------------------- internals
+
+    def _choose_mss(self, remote_address: bytes, mss: int | None) -> int:
+        if mss is None and self.mss_for_remote is not None:
+            mss = self.mss_for_remote(remote_address)
+        return mss if mss is not None else self.config.mss
+
+    def _free_port(self, remote_address: bytes, remote_port: int) -> int:
+        used = {key[2] for key in self._connections if key[0] == remote_address
+                and key[1] == remote_port}
+        for _ in range(64):
+            port = self._rng.choice(EPHEMERAL_PORTS)
+            if port not in used and port not in self._listeners:
+                return port
+        for port in EPHEMERAL_PORTS:
+            if port not in used and port not in self._listeners:
+                return port
+        raise OSError("no free ephemeral port toward this destination")
+
+    @staticmethod
+    def _replaced_by_new_syn(conn: TcpConnection, segment: TcpSegment) -> bool:
+        """A fresh SYN may reuse the 4-tuple of a connection lingering in TIME-WAIT."""
+        return (conn.state in (State.TIME_WAIT, State.CLOSED)
+                and segment.flags & (SYN | ACK | RST) == SYN)
+
+    def _accept(self, remote_address: bytes, syn: TcpSegment) -> None:
+        if self.accepted_count() >= self.max_connections:
+            self._refuse(remote_address, syn)
+            return
+        conn = TcpConnection(syn.dst_port, remote_address, syn.src_port, self._rng.getrandbits(32),
+                             self.config,
+                             self._choose_mss(remote_address, self._listeners[syn.dst_port]),
+                             self._events)
+        conn.open_passive(syn)
+        self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
+
+    def _refuse(self, remote_address: bytes, segment: TcpSegment) -> None:
+        """RFC 9293 reset generation for a segment no connection owns; never answer a RST."""
+        if segment.flags & RST:
+            return
+        if segment.flags & ACK:
+            reply = TcpSegment(segment.dst_port, segment.src_port, segment.ack, 0, RST, 0)
+        else:
+            reply = TcpSegment(segment.dst_port, segment.src_port, 0,
+                               segment.seq + segment.seq_length, RST | ACK, 0)
+        self._replies.append(encode_packet(self.local_address, remote_address, reply,
+                                           self.hop_limit))

@@ -1,0 +1,212 @@
+"""TcpConnection driven segment by segment: the Go transcript, timers, resets."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from axl.tcp.connection import State, TcpConfig, TcpConnection, unwrap_seq, window_scale_for
+from axl.tcp.events import Closed, Connected, DataReceived, PeerFinished, Reset, TimedOut
+from axl.tcp.framing import encode_message
+from axl.tcp.segment import ACK, FIN, RST, SYN, TcpSegment, decode_packet, encode_packet
+from vectors import load
+
+VECTOR = load("ipv6_tcp")
+PROBE = ipaddress.IPv6Address(VECTOR["addresses"]["probe"]).packed
+AXL = ipaddress.IPv6Address(VECTOR["addresses"]["axl"]).packed
+TRANSCRIPT = VECTOR["transcript"]
+
+
+def _packet(index: int) -> bytes:
+    return bytes.fromhex(TRANSCRIPT[index]["ipv6_hex"])
+
+
+def _events(conn: TcpConnection) -> list:
+    out = []
+    while (event := conn.next_event()) is not None:
+        out.append(event)
+    return out
+
+
+def _encoded(conn: TcpConnection, now: float) -> list[bytes]:
+    return [encode_packet(PROBE, AXL, seg) for seg in conn.segments_to_send(now)]
+
+
+def test_replays_the_go_node_exchange_byte_for_byte() -> None:
+    config = TcpConfig(mss=1220, offer_window_scale=False)
+    conn = TcpConnection(40000, AXL, 7000, iss=0x1000, config=config)
+    conn.open_active()
+    assert _encoded(conn, 0.0) == [_packet(0)]
+
+    conn.receive_segment(decode_packet(_packet(1)).segment, 0.015)
+    assert [type(e) for e in _events(conn)] == [Connected]
+    assert conn.send_mss == 1220
+    assert _encoded(conn, 0.015) == [_packet(2)]
+
+    body = b"hello AXL: ygg05 test vector message"
+    assert conn.send(encode_message(body)) == 40
+    assert _encoded(conn, 0.016) == [_packet(3)]
+    conn.receive_segment(decode_packet(_packet(4)).segment, 0.03)
+    assert conn.unacknowledged == 0 and conn.get_timer() is None
+
+    conn.close()
+    assert _encoded(conn, 0.031) == [_packet(5)]
+    conn.receive_segment(decode_packet(_packet(6)).segment, 0.04)
+    assert conn.state is State.FIN_WAIT_2
+    conn.receive_segment(decode_packet(_packet(7)).segment, 0.05)
+    assert [type(e) for e in _events(conn)] == [PeerFinished, Closed]
+    assert _encoded(conn, 0.05) == [_packet(8)]
+    assert conn.state is State.TIME_WAIT
+    conn.handle_timer(conn.get_timer())
+    assert conn.is_closed
+
+
+def test_go_syn_is_answered_with_window_scale_but_no_sack_or_timestamps() -> None:
+    syn = decode_packet(_packet(9)).segment
+    conn = TcpConnection(7000, AXL, syn.src_port, iss=77, config=TcpConfig())
+    conn.open_passive(syn)
+    [syn_ack] = conn.segments_to_send(0.0)
+    assert syn_ack.flags == SYN | ACK and syn_ack.ack == syn.seq + 1
+    assert syn_ack.window_scale == window_scale_for(TcpConfig().recv_buffer_size)
+    assert not syn_ack.sack_permitted and syn_ack.timestamps is None
+    assert conn.send_mss == 1220
+
+
+def _handshake(config: TcpConfig | None = None) -> tuple[TcpConnection, TcpConnection]:
+    client = TcpConnection(50000, AXL, 7000, iss=1000, config=config)
+    server = TcpConnection(7000, PROBE, 50000, iss=0xFFFFFF00, config=config)
+    client.open_active()
+    [syn] = client.segments_to_send(0.0)
+    server.open_passive(syn)
+    for segment in server.segments_to_send(0.0):
+        client.receive_segment(segment, 0.01)
+    for segment in client.segments_to_send(0.01):
+        server.receive_segment(segment, 0.02)
+    assert client.state is server.state is State.ESTABLISHED
+    return client, server
+
+
+def test_syn_retries_back_off_and_time_out_within_ten_seconds() -> None:
+    conn = TcpConnection(50000, AXL, 7000, iss=1, config=TcpConfig())
+    conn.open_active()
+    sent_at = []
+    now = 0.0
+    while not conn.is_closed:
+        if conn.segments_to_send(now):
+            sent_at.append(now)
+        now = conn.get_timer()
+        conn.handle_timer(now)
+    assert sent_at == [0.0, 1.0, 3.0]
+    assert now == 7.0
+    assert [type(e) for e in _events(conn)] == [TimedOut]
+
+
+def test_rst_answering_syn_means_refused() -> None:
+    conn = TcpConnection(50000, AXL, 7000, iss=5, config=TcpConfig())
+    conn.open_active()
+    [syn] = conn.segments_to_send(0.0)
+    conn.receive_segment(TcpSegment(7000, 50000, 0, syn.seq + 1, RST | ACK, 0), 0.01)
+    [event] = _events(conn)
+    assert isinstance(event, Reset) and event.reason == "refused"
+    assert conn.is_closed and conn.get_timer() is None
+
+
+def test_rst_with_wrong_ack_in_syn_sent_is_ignored() -> None:
+    conn = TcpConnection(50000, AXL, 7000, iss=5, config=TcpConfig())
+    conn.open_active()
+    conn.segments_to_send(0.0)
+    conn.receive_segment(TcpSegment(7000, 50000, 0, 999, RST | ACK, 0), 0.01)
+    assert conn.state is State.SYN_SENT and _events(conn) == []
+
+
+def test_retransmission_timer_doubles_then_gives_up_with_reset() -> None:
+    config = TcpConfig(max_retransmits=5)
+    client, server = _handshake(config)
+    _events(client)
+    client.send(b"x" * 100)
+    [first] = client.segments_to_send(1.0)
+    rto = client.rto
+    assert rto >= config.min_rto
+    times, now = [], 1.0
+    while not client.is_closed:
+        now = client.get_timer()
+        client.handle_timer(now)
+        segments = client.segments_to_send(now)
+        times.append(now)
+        if client.is_closed:
+            assert [s.flags for s in segments] == [RST | ACK]
+        else:
+            assert [s.seq for s in segments] == [first.seq]
+    gaps = [round(b - a, 6) for a, b in zip([1.0] + times, times)]
+    assert gaps == [round(min(rto * 2 ** i, config.max_rto), 6) for i in range(6)]
+    assert [type(e) for e in _events(client)] == [TimedOut]
+
+
+def test_backoff_is_forgotten_once_new_data_is_acknowledged() -> None:
+    client, server = _handshake()
+    client.send(b"y" * 10)
+    client.segments_to_send(1.0)
+    base = client.rto
+    client.handle_timer(client.get_timer())
+    [retransmitted] = client.segments_to_send(2.0)
+    assert client.rto == pytest.approx(base * 2)
+    server.receive_segment(retransmitted, 2.1)
+    for segment in server.segments_to_send(2.1):
+        client.receive_segment(segment, 2.2)
+    assert client.rto == pytest.approx(base) and client.get_timer() is None
+
+
+def test_sequence_numbers_wrap_around_32_bits() -> None:
+    client, server = _handshake()
+    assert unwrap_seq(5, 0xFFFFFFF0) == 0x100000005
+    data = bytes(range(256)) * 4
+    server.send(data)
+    for segment in server.segments_to_send(1.0):
+        assert segment.seq < 1 << 32
+        client.receive_segment(segment, 1.1)
+    received = b"".join(e.data for e in _events(client) if isinstance(e, DataReceived))
+    assert received == data
+    for segment in client.segments_to_send(1.1):
+        server.receive_segment(segment, 1.2)
+    assert server.unacknowledged == 0
+
+
+def test_abort_sends_rst_and_peer_sees_reset() -> None:
+    client, server = _handshake()
+    _events(server)
+    client.abort()
+    [rst] = client.segments_to_send(1.0)
+    assert rst.flags & RST
+    server.receive_segment(rst, 1.1)
+    assert [(type(e), e.reason) for e in _events(server)] == [(Reset, "reset by peer")]
+    assert server.is_closed
+
+
+def test_rst_outside_the_window_is_ignored() -> None:
+    client, server = _handshake()
+    _events(server)
+    server.receive_segment(TcpSegment(50000, 7000, 12345678, 0, RST, 0), 1.0)
+    assert server.state is State.ESTABLISHED and _events(server) == []
+
+
+def test_send_after_close_is_refused() -> None:
+    client, _ = _handshake()
+    client.close()
+    assert client.send_space == 0
+    with pytest.raises(ConnectionError):
+        client.send(b"late")
+
+
+def test_fin_queued_before_handshake_follows_the_data() -> None:
+    client = TcpConnection(50000, AXL, 7000, iss=1000)
+    client.open_active()
+    client.send(b"early")
+    client.close()
+    [syn] = client.segments_to_send(0.0)
+    server = TcpConnection(7000, PROBE, 50000, iss=9)
+    server.open_passive(syn)
+    for segment in server.segments_to_send(0.0):
+        client.receive_segment(segment, 0.01)
+    [data] = client.segments_to_send(0.01)
+    assert data.payload == b"early" and data.flags & FIN and client.state is State.FIN_WAIT_1
