@@ -1,0 +1,234 @@
+"""The local testnet launcher, with real axl-node processes and with a stand-in.
+
+Run as a program, this file is the stand-in: a process that takes the same
+command line as axl-node and serves the same HTTP bridge, but delivers
+/send by posting straight to the destination's stand-in (it reads the other
+nodes' configs beside its own) and reports a tree computed from the configs.
+The examples' tests use it to check their own logic independently of the
+overlay; the same tests also run against real nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from axl.identity import NodeIdentity
+from axl.testnet import (
+    Testnet,
+    TestnetError,
+    TreeView,
+    convergence_problems,
+    parse_topology,
+    shape_edges,
+)
+
+FAKE_NODE_COMMAND = [sys.executable, str(Path(__file__).resolve())]
+REAL_NODE = "real"
+FAKE_NODE = "fake"
+
+
+# ----- the stand-in node
+
+def _network_from_configs(config_path: Path) -> tuple[dict[str, int], dict[str, set[str]], str]:
+    """Every node's api port and neighbours, and our own id, from the configs beside ours."""
+    ports: dict[str, int] = {}
+    by_listen: dict[str, str] = {}
+    configs: dict[str, dict] = {}
+    for path in sorted(config_path.parent.glob("node-*.json")):
+        config = json.loads(path.read_text())
+        key = NodeIdentity.load_pem(config["PrivateKeyPath"]).peer_id
+        ports[key] = config["api_port"]
+        by_listen.update({uri: key for uri in config.get("Listen", [])})
+        configs[key] = config
+    neighbours: dict[str, set[str]] = {key: set() for key in ports}
+    for key, config in configs.items():
+        for uri in config.get("Peers", []):
+            neighbours[key].add(by_listen[uri])
+            neighbours[by_listen[uri]].add(key)
+    own = NodeIdentity.load_pem(json.loads(config_path.read_text())["PrivateKeyPath"]).peer_id
+    return ports, neighbours, own
+
+
+def _bfs_parents(neighbours: dict[str, set[str]]) -> dict[str, str]:
+    root = min(neighbours)
+    parents, frontier = {root: ""}, deque([root])
+    while frontier:
+        key = frontier.popleft()
+        for other in sorted(neighbours[key]):
+            if other not in parents:
+                parents[other] = key
+                frontier.append(other)
+    return parents
+
+
+async def _serve_fake(config_path: Path) -> None:
+    from aiohttp import ClientSession, web
+
+    ports, neighbours, own = _network_from_configs(config_path)
+    parents = _bfs_parents(neighbours)
+    inbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+    client = ClientSession()
+
+    async def topology(request: web.Request) -> web.Response:
+        return web.json_response({
+            "our_public_key": own,
+            "peers": [{"public_key": key, "up": True} for key in sorted(neighbours[own])],
+            "tree": [{"public_key": key, "parent": parent, "sequence": 1} for key, parent in parents.items()],
+        })
+
+    async def send(request: web.Request) -> web.Response:
+        destination = request.headers.get("X-Destination-Peer-Id", "")
+        if destination not in ports:
+            return web.Response(status=502, text="unknown destination")
+        body = await request.read()
+        url = f"http://127.0.0.1:{ports[destination]}/deliver"
+        async with client.post(url, data=body, headers={"X-From": own}) as answer:
+            return web.Response(status=answer.status, headers={"X-Sent-Bytes": str(len(body))})
+
+    async def deliver(request: web.Request) -> web.Response:
+        inbox.put_nowait((request.headers["X-From"], await request.read()))
+        return web.Response()
+
+    async def recv(request: web.Request) -> web.Response:
+        try:
+            sender, body = await asyncio.wait_for(inbox.get(), float(request.query.get("wait", "0")) or 0.001)
+        except asyncio.TimeoutError:
+            return web.Response(status=204)
+        return web.Response(body=body, headers={"X-From-Peer-Id": sender})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([web.get("/topology", topology), web.post("/send", send), web.post("/deliver", deliver),
+                    web.get("/recv", recv), web.get("/health", health)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", json.loads(config_path.read_text())["api_port"]).start()
+    await asyncio.Event().wait()
+
+
+def fake_main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    try:
+        asyncio.run(_serve_fake(Path(args.config)))
+    except KeyboardInterrupt:
+        pass
+
+
+def node_command(kind: str) -> list[str] | None:
+    """The command a Testnet should start for ``kind`` (None: the real axl-node)."""
+    return FAKE_NODE_COMMAND if kind == FAKE_NODE else None
+
+
+# ----- tests
+
+def test_shapes_have_the_expected_peerings():
+    assert shape_edges(4, "line") == [(0, 1), (1, 2), (2, 3)]
+    assert shape_edges(4, "star") == [(0, 1), (0, 2), (0, 3)]
+    assert shape_edges(4, "ring") == [(0, 1), (1, 2), (2, 3), (0, 3)]
+    assert shape_edges(1, "ring") == []
+
+
+def test_random_shape_is_connected_seeded_and_bounded():
+    edges = shape_edges(30, "random", degree=4, seed=7)
+    assert edges == shape_edges(30, "random", degree=4, seed=7)
+    reached, frontier = {0}, [0]
+    while frontier:
+        node = frontier.pop()
+        for a, b in edges:
+            for x, y in ((a, b), (b, a)):
+                if x == node and y not in reached:
+                    reached.add(y)
+                    frontier.append(y)
+    assert reached == set(range(30))
+    degrees = [sum(node in edge for edge in edges) for node in range(30)]
+    assert max(degrees) <= 4 and sum(degrees) > 2 * 29
+
+
+def test_unknown_shape_is_refused():
+    with pytest.raises(ValueError, match="unknown shape"):
+        shape_edges(3, "mesh")
+
+
+def _view(key: str, parents: dict[str, str], peers: int) -> TreeView:
+    return TreeView(key, parents, {f"p{i}" for i in range(peers)})
+
+
+def test_convergence_requires_one_agreed_root_and_consistent_children():
+    tree = {"a": "", "b": "a", "c": "b"}
+    views = [_view("a", {"a": "", "b": "a"}, 1), _view("b", tree, 2), _view("c", tree, 1)]
+    assert convergence_problems(views, [1, 2, 1]) == []
+    split = [_view("a", {"a": ""}, 1), _view("b", {"b": ""}, 1)]
+    assert any("disagree" in problem for problem in convergence_problems(split, [1, 1]))
+    orphan = [_view("a", {"a": ""}, 1), _view("b", {"a": "", "b": "a"}, 1)]
+    assert any("does not list it" in problem for problem in convergence_problems(orphan, [1, 1]))
+    assert any("peerings up" in problem for problem in convergence_problems(views, [2, 2, 1]))
+
+
+def test_parse_topology_reads_root_and_peers():
+    view = parse_topology({"our_public_key": "b", "peers": [{"public_key": "a", "up": True},
+                                                            {"public_key": "c", "up": False}],
+                           "tree": [{"public_key": "a", "parent": ""}, {"public_key": "b", "parent": "a"}]})
+    assert view.roots == {"a"} and view.peers_up == {"a"}
+
+
+def test_configs_and_node_list_are_written(tmp_path):
+    testnet = Testnet(3, "star", tmp_path, node_command=FAKE_NODE_COMMAND)
+    testnet.write_configs()
+    testnet.write_json()
+    leaf = json.loads((tmp_path / "node-2.json").read_text())
+    assert leaf["Peers"] == [testnet.nodes[0].listen_uri]
+    assert leaf["Listen"] == [testnet.nodes[2].listen_uri]
+    assert leaf["api_port"] == testnet.nodes[2].api_port
+    assert NodeIdentity.load_pem(leaf["PrivateKeyPath"]).peer_id == testnet.nodes[2].peer_id
+    listing = json.loads((tmp_path / "testnet.json").read_text())
+    assert [node["bridge"] for node in listing["nodes"]] == [node.bridge_url for node in testnet.nodes]
+
+
+def test_fixed_base_port_gives_predictable_ports(tmp_path):
+    testnet = Testnet(3, "line", tmp_path, base_port=9300, node_command=FAKE_NODE_COMMAND)
+    assert [node.api_port for node in testnet.nodes] == [9300, 9301, 9302]
+    assert [node.listen_port for node in testnet.nodes] == [9303, 9304, 9305]
+
+
+@pytest.mark.parametrize("kind", [FAKE_NODE, REAL_NODE])
+async def test_testnet_converges_and_survives_restart(tmp_path, kind):
+    async with Testnet(4, "ring", tmp_path, node_command=node_command(kind)) as testnet:
+        root = await testnet.wait_converged_async(timeout=30)
+        assert root in {node.peer_id for node in testnet.nodes}
+        victim = 1 if testnet.nodes[1].peer_id != root else 2
+        await asyncio.to_thread(testnet.kill, victim)
+        assert not testnet.nodes[victim].running
+        assert await asyncio.to_thread(testnet.health, 0)
+        await asyncio.to_thread(testnet.restart, victim)
+        assert await testnet.wait_converged_async(timeout=30) == root
+    assert all(not node.running for node in testnet.nodes)
+
+
+def test_a_node_that_exits_is_reported(tmp_path):
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with Testnet(2, "line", tmp_path, node_command=failing) as testnet:
+        with pytest.raises(TestnetError, match="exited"):
+            testnet.wait_converged(timeout=10)
+
+
+def test_timeout_message_names_the_problem(tmp_path):
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with Testnet(2, "line", tmp_path, node_command=sleeper) as testnet:
+        with pytest.raises(TestnetError, match="did not converge within 1s: node 0: /topology not ready"):
+            testnet.wait_converged(timeout=1)
+
+
+if __name__ == "__main__":
+    fake_main()
