@@ -5,6 +5,10 @@ generator; links are in-memory FIFO pipes with a fixed latency (and optional
 loss for queued frames, types 6-9); a virtual clock pops events off a heap,
 including each node's 1-second maintenance tick, staggered so that nodes do
 not all tick in the same instant. Same seed, same run.
+
+With `sessions=True` every node also runs the daemon's SessionManager on top
+of its router, as the node does: `send` then carries an encrypted datagram
+end to end and relays only ever handle ciphertext.
 """
 
 from __future__ import annotations
@@ -15,20 +19,26 @@ import itertools
 import logging
 import random
 from collections import Counter, deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
+from axl import sessions
 from axl.identity import NodeIdentity
 from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter
 from axl.routing.frames import TYPE_BLOOM, TYPE_TRAFFIC, Traffic, split_frame
 from axl.routing.router import Router
+from axl.sessions import KeyPair, SessionManager
 from axl.wire import DecodeError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_START = 1_700_000_000.0
 DEFAULT_LATENCY = 0.01
+
+# Called as tap(sender, receiver, frame type, body) for every frame a link delivers.
+FrameTap = Callable[[int, int, int, bytes], None]
 
 
 def sim_identity(seed: int, index: int) -> NodeIdentity:
@@ -60,6 +70,7 @@ class SimNode:
     index: int
     identity: NodeIdentity
     router: Router | None
+    sessions: SessionManager | None = None
     inbox: list[tuple[bytes, bytes]] = field(default_factory=list)
     found: list[bytes] = field(default_factory=list)
     links: list[SimLink] = field(default_factory=list)
@@ -73,11 +84,33 @@ class SimNode:
         return self.identity.public_key
 
 
+class LastBlooms(Mapping[tuple[int, int], BloomFilter]):
+    """The last bloom body seen per (sender, receiver), decoded only when read.
+
+    Decoding every bloom a large network exchanges would double the cost of
+    the router's own decoding, while the measures read only a few of them.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: dict[tuple[int, int], bytes] = {}
+
+    def __getitem__(self, direction: tuple[int, int]) -> BloomFilter:
+        return BloomFilter.decode(self.bodies[direction])
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self.bodies)
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+
 class Network:
     """N routers, the links between them, and a virtual clock."""
 
-    def __init__(self, size: int, *, seed: int = 0, start: float = DEFAULT_START):
+    def __init__(self, size: int, *, seed: int = 0, start: float = DEFAULT_START,
+                 sessions: bool = False):
         self.seed = seed
+        self.with_sessions = sessions
         self.now = start
         self.rng = random.Random(seed)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -87,7 +120,9 @@ class Network:
         self.decode_errors: list[tuple[int, str]] = []
         self.traffic_hops: Counter[bytes] = Counter()
         self.frames_received: Counter[tuple[int, int]] = Counter()
-        self.last_bloom: dict[tuple[int, int], BloomFilter] = {}
+        self.bytes_received: Counter[tuple[int, int]] = Counter()
+        self.last_bloom = LastBlooms()
+        self.tap: FrameTap | None = None
         self.nodes = [SimNode(i, sim_identity(seed, i), None) for i in range(size)]
         self.by_key = {node.key: node.index for node in self.nodes}
         for node in self.nodes:
@@ -121,6 +156,7 @@ class Network:
         for link in self.nodes[index].links:
             self._link_down(link)
         self.nodes[index].router = None
+        self.nodes[index].sessions = None
 
     def revive(self, index: int) -> None:
         """Restart a node with a fresh router (seq back to 1), as a daemon restart would."""
@@ -171,9 +207,15 @@ class Network:
         self.now = when
 
     def send(self, src: int, dst: int, payload: bytes) -> None:
+        """Routed as is, or sealed in a session first when the network runs sessions."""
         node = self.nodes[src]
-        if node.router is not None:
-            self._apply(node, node.router.send(self.nodes[dst].key, payload, self.now))
+        if node.router is None:
+            return
+        dest_key = self.nodes[dst].key
+        if node.sessions is not None:
+            self._apply_sessions(node, node.sessions.send(dest_key, payload, self.now))
+        else:
+            self._apply(node, node.router.send(dest_key, payload, self.now))
 
     def lookup(self, src: int, partial_key: bytes) -> None:
         node = self.nodes[src]
@@ -253,6 +295,11 @@ class Network:
     def _start_router(self, node: SimNode) -> None:
         rng = random.Random(f"{self.seed}/{node.index}/{self.now}")
         node.router = Router(node.identity, now=self.now, rng=rng)
+        if self.with_sessions:
+            key_rng = random.Random(f"{self.seed}/{node.index}/{self.now}/sessions")
+            node.sessions = SessionManager(
+                node.identity, key_pairs=lambda: KeyPair.from_private(key_rng.randbytes(32)),
+            )
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> None:
         heapq.heappush(self._heap, (self.now + delay, next(self._seq), callback))
@@ -260,6 +307,8 @@ class Network:
     def _tick(self, node: SimNode) -> None:
         if node.router is not None:
             self._apply(node, node.router.tick(self.now))
+        if node.sessions is not None:
+            self._apply_sessions(node, node.sessions.tick(self.now))
         self._schedule(1.0, lambda: self._tick(node))
 
     def _link_between(self, a: int, b: int) -> SimLink | None:
@@ -291,9 +340,25 @@ class Network:
             elif isinstance(action, SendTraffic):
                 self._transmit(action.link_id, action.frame, lossy=True)
             elif isinstance(action, Deliver):
-                node.inbox.append((action.source_key, action.payload))
+                self._deliver(node, action.source_key, action.payload)
             elif isinstance(action, PathFound):
                 node.found.append(action.key)
+
+    def _deliver(self, node: SimNode, source_key: bytes, payload: bytes) -> None:
+        if node.sessions is None:
+            node.inbox.append((source_key, payload))
+        else:
+            self._apply_sessions(node, node.sessions.receive(source_key, payload, self.now))
+
+    def _apply_sessions(self, node: SimNode, actions: list[sessions.Action]) -> None:
+        """Session packets go down into the router; decrypted messages land in the inbox."""
+        for action in actions:
+            if node.router is None:
+                return
+            if isinstance(action, sessions.SendPacket):
+                self._apply(node, node.router.send(action.dest_key, action.packet, self.now))
+            elif isinstance(action, sessions.Deliver):
+                node.inbox.append((action.source_key, action.message))
 
     def _transmit(self, link_id: int, frame: bytes, *, lossy: bool) -> None:
         link, sender = self._ends[link_id]
@@ -302,20 +367,23 @@ class Network:
         receiver = link.other(sender)
         self._schedule(link.latency, lambda: self._arrive(link, receiver, frame))
 
-    def _observe(self, sender: int, receiver: int, ftype: int, body: bytes) -> None:
-        """Bookkeeping for the measures: frame counts, traffic hops, the last bloom per direction."""
+    def _observe(self, sender: int, receiver: int, frame: bytes, ftype: int, body: bytes) -> None:
+        """Bookkeeping for the measures: frames and bytes, traffic hops, the last bloom per direction."""
         self.frames_received[(receiver, ftype)] += 1
+        self.bytes_received[(receiver, ftype)] += len(frame)
         if ftype == TYPE_TRAFFIC:
             self.traffic_hops[Traffic.decode(body).payload] += 1
         elif ftype == TYPE_BLOOM:
-            self.last_bloom[(sender, receiver)] = BloomFilter.decode(body)
+            self.last_bloom.bodies[(sender, receiver)] = body
+        if self.tap is not None:
+            self.tap(sender, receiver, ftype, body)
 
     def _arrive(self, link: SimLink, receiver: int, frame: bytes) -> None:
         node = self.nodes[receiver]
         if not link.up or node.router is None:
             return
         ftype, body = split_frame(frame)
-        self._observe(link.other(receiver), receiver, ftype, body)
+        self._observe(link.other(receiver), receiver, frame, ftype, body)
         try:
             actions = node.router.handle_frame(link.id_at(receiver), ftype, body, self.now)
         except DecodeError as exc:
