@@ -39,6 +39,9 @@ class Impairment:
 
 
 LOSSY = Impairment(loss=0.2, duplicate=0.2, reorder=0.2)
+LOSSY_CONFIG = TcpConfig(time_wait=TcpConfig().max_rto)
+"""At 20% loss each way a peer's last FIN can need several backed-off retries;
+TIME-WAIT must outlast them or the waiting side is answered with RST."""
 
 
 @dataclass
@@ -155,7 +158,7 @@ def _accepted(transfers: Transfers) -> list[TcpConnection]:
 
 
 def _bidirectional(size: int, mss: int | None, impairment: Impairment, seed: int) -> Network:
-    a, b = _pair()
+    a, b = _pair(config=LOSSY_CONFIG)
     b.listen(PORT, mss=mss)
     net = Network([a, b], impairment, seed=seed)
     transfers = Transfers(net)
@@ -191,7 +194,7 @@ def test_sixteen_mebibytes_each_way_with_large_segments() -> None:
 
 
 def test_several_connections_at_once_over_a_lossy_wire() -> None:
-    a, b = _pair()
+    a, b = _pair(config=LOSSY_CONFIG)
     a.listen(PORT)
     b.listen(PORT, mss=1220)
     net = Network([a, b], LOSSY, seed=9)

@@ -266,7 +266,7 @@ class TcpConnection:
         if self.state is State.CLOSED:
             return
         if self.state is not State.SYN_SENT:
-            self._queued.append(self._make_segment(self._snd_nxt, RST | ACK))
+            self._queued.append(self._make_segment(self._snd_max, RST | ACK))
         self._enter_closed()
         self._emit(Reset(self, "aborted"))
 
@@ -365,12 +365,17 @@ class TcpConnection:
             self._time_wait_deadline = now + self.config.time_wait
 
     def _receive_unacceptable(self, segment: TcpSegment, seq: int, ack: int, now: float) -> None:
-        """Answer with an ACK; with a zero window still honour the ACK it carries."""
+        """Answer with an ACK, but still honour the ACK an old duplicate or a zero-window probe carries.
+
+        After a timeout the peer resends data we already hold; dropping the
+        acknowledgement riding on it would let both sides retransmit to each
+        other without either learning what the other has received.
+        """
         self._ack_now = True
         if self.state is State.TIME_WAIT:
             self._time_wait_deadline = now + self.config.time_wait
-        elif (seq == self._rcv_nxt and segment.flags & ACK and self.state is not State.SYN_RECEIVED
-              and self._receive_window_size() == 0):
+        elif (segment.flags & ACK and self.state is not State.SYN_RECEIVED
+              and seq <= self._rcv_nxt):
             self._process_ack(segment, seq, ack, now)
 
     def _receive_rst(self, seq: int) -> None:
@@ -490,7 +495,7 @@ class TcpConnection:
             self._ack_now = True
         else:
             self._store_out_of_order(seq, bytes(payload))
-            self._queued.append(self._make_segment(self._snd_nxt, ACK))
+            self._queued.append(self._make_segment(self._snd_max, ACK))
         if self._peer_fin_seq is not None and self._peer_fin_seq == self._rcv_nxt:
             self._receive_fin(now)
 
@@ -688,9 +693,13 @@ class TcpConnection:
         return self._make_segment(seq, flags, payload)
 
     def _emit_acks(self, out: list[TcpSegment]) -> None:
-        """One ACK covers everything received in order since the last segment we sent."""
+        """One ACK covers everything received in order since the last segment we sent.
+
+        Pure ACKs carry SND.MAX, not a rewound SND.NXT: a sequence number the
+        peer has already passed would make it discard the acknowledgement.
+        """
         if self._ack_now and self.state not in (State.CLOSED, State.SYN_SENT):
-            out.append(self._make_segment(self._snd_nxt, ACK))
+            out.append(self._make_segment(self._snd_max, ACK))
         self._ack_now = False
 
     def _make_segment(self, seq: int, flags: int, payload: bytes = b"") -> TcpSegment:
@@ -766,7 +775,7 @@ class TcpConnection:
         limit = self.config.syn_retransmits if handshaking else self.config.max_retransmits
         if self._retries >= limit:
             if not handshaking:
-                self._queued.append(self._make_segment(self._snd_nxt, RST | ACK))
+                self._queued.append(self._make_segment(self._snd_max, RST | ACK))
             self._enter_closed()
             self._emit(TimedOut(self))
             return
