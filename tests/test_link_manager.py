@@ -195,9 +195,12 @@ async def test_garbage_and_http_are_refused_without_harm(managers, caplog) -> No
         await asyncio.wait_for(reader.read(), WAIT)
         writer.close()
     assert caplog.text.count("not Yggdrasil") == 2
-    assert "TLS handshake failed" in caplog.text
     assert "Traceback" not in caplog.text
     assert not at_client.downs and at_client.ups[0].is_up
+    # the TLS listener still accepts a real peer after the garbage
+    other, at_other = managers(ID_C)
+    other.add_peer(tls_uri)
+    await at_other.until(lambda: at_other.ups)
 
 
 async def test_tls_client_that_never_handshakes(managers, caplog) -> None:
@@ -206,7 +209,7 @@ async def test_tls_client_that_never_handshakes(managers, caplog) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", _port(uri))
     assert await asyncio.wait_for(reader.read(), WAIT) == b""
     writer.close()
-    assert "handshake timeout" in caplog.text or "TLS handshake failed" in caplog.text
+    assert "Traceback" not in caplog.text
 
 
 async def test_silent_tcp_client_times_out(managers, caplog) -> None:

@@ -122,7 +122,6 @@ class Connection(asyncio.Protocol):
         self._raw_transport: asyncio.Transport | None = None
         self._handshake_buf = bytearray()
         self._handshake_timer: asyncio.TimerHandle | None = None
-        self._tls_task: asyncio.Task[None] | None = None
         self._decoder = FrameDecoder()
         self._monitor = LivenessMonitor(settings.keepalive_delay, settings.peer_timeout)
         self._timer: asyncio.TimerHandle | None = None
@@ -150,26 +149,7 @@ class Connection(asyncio.Protocol):
             self.uri_text = self.who
         self._handshake_timer = self._loop.call_later(
             self.settings.handshake_timeout, self._handshake_expired)
-        if self.uri.is_tls:
-            transport.pause_reading()
-            self._tls_task = self._loop.create_task(self._start_tls(transport))
-        else:
-            self._begin_meta(transport)
-
-    async def _start_tls(self, raw: asyncio.Transport) -> None:
-        context = self.settings.server_tls if self.inbound else self.settings.client_tls
-        try:
-            transport = await self._loop.start_tls(
-                raw, self, context, server_side=self.inbound,
-                server_hostname=None if self.inbound else self.uri.server_name,
-                ssl_handshake_timeout=self.settings.handshake_timeout,
-            )
-        except (OSError, EOFError) as exc:
-            self._fail_handshake(f"TLS handshake failed: {exc or type(exc).__name__}")
-            return
-        if self.closed or transport is None:
-            return
-        self._begin_meta(transport)
+        self._begin_meta(transport)  # type: ignore[arg-type]
 
     def _begin_meta(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -348,8 +328,6 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._timer = self._handshake_timer = None
-        if self._tls_task is not None and not self._tls_task.done():
-            self._tls_task.cancel()
         transport = self._transport or self._raw_transport
         if transport is not None:
             transport.close()

@@ -113,7 +113,11 @@ class LinkManager:
         for uri in map(_as_uri, listen_uris):
             if uri.is_tls and self._settings.server_tls is None:
                 self._settings.server_tls = server_context(self._settings.identity)
-            server = await loop.create_server(lambda uri=uri: self._accept(uri), uri.host, uri.port)
+            server = await loop.create_server(
+                lambda uri=uri: self._accept(uri), uri.host, uri.port,
+                ssl=self._settings.server_tls if uri.is_tls else None,
+                ssl_handshake_timeout=self._settings.handshake_timeout if uri.is_tls else None,
+            )
             self._servers.append((uri, server))
             self.log.info("listening on %s", self._bound_uri(uri, server))
 
@@ -175,8 +179,11 @@ class LinkManager:
         uri = peer.uri
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self._settings, uri, inbound=False),
-                                       uri.host, uri.port),
+                loop.create_connection(
+                    lambda: Connection(self._settings, uri, inbound=False), uri.host, uri.port,
+                    ssl=self._settings.client_tls if uri.is_tls else None,
+                    server_hostname=(uri.server_name or "") if uri.is_tls else None,
+                ),
                 self._settings.handshake_timeout,
             )
         except OSError as exc:

@@ -1,0 +1,115 @@
+"""Real processes: relays carry only ciphertext, and traffic reroutes around a dead relay."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from nodes import Cluster, free_port, wait_until
+
+
+class RecordingProxy:
+    """A TCP proxy that keeps a copy of every byte it forwards, both ways."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.captured = bytearray()
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.server.settimeout(0.2)
+        self.running = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while self.running:
+            try:
+                client, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                with self.lock:
+                    self.captured += chunk
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.running = False
+        self.server.close()
+
+
+def test_relay_forwards_no_plaintext(tmp_path):
+    cluster = Cluster(tmp_path)
+    a = cluster.add("a", extra={})
+    a_config = a.config_path.read_text().replace("tls://", "tcp://")
+    a.config_path.write_text(a_config)
+    proxy = RecordingProxy(a.listen_port)
+    b = cluster.add("b")
+    b.config_path.write_text(b.config_path.read_text().replace(
+        '"Peers": []', f'"Peers": ["tcp://127.0.0.1:{proxy.port}"]'))
+    c = cluster.add("c", peers=[b])
+    try:
+        cluster.start_all()
+        wait_until(lambda: a.get_json("/topology")["peers"]
+                   and c.get_json("/topology")["peers"][0]["up"], 15, what="peerings")
+        marker = b"PLAINTEXT-MARKER-" + os.urandom(8).hex().encode()
+        status, _, body = wait_until(lambda: (r := c.send(a.peer_id, marker * 4))[0] == 200 and r,
+                                     30, interval=1, what="delivery through the relay")
+        assert a.recv(5)[2] == marker * 4
+        with proxy.lock:
+            captured = bytes(proxy.captured)
+        assert len(captured) > 1000, "the relay link carried the traffic"
+        assert marker not in captured
+    finally:
+        cluster.stop_all()
+        proxy.close()
+
+
+def test_ring_of_five_survives_losing_the_relay_in_use(tmp_path):
+    """200 numbered messages; the relay in use dies midway: nothing acknowledged is lost."""
+    cluster = Cluster(tmp_path)
+    nodes = [cluster.add(f"n{i}") for i in range(5)]
+    for i, node in enumerate(nodes):
+        cluster.set_peers(node, [nodes[(i + 1) % 5]])
+    cluster.start_all()
+    sender, receiver = nodes[0], nodes[2]
+    wait_until(lambda: all(sum(p["up"] for p in n.get_json("/topology")["peers"]) == 2 for n in nodes),
+               20, what="ring up")
+    time.sleep(2)
+    relay = nodes[1]
+    acknowledged, failed = [], []
+    try:
+        for i in range(200):
+            if i == 60:
+                relay.kill()
+            payload = f"msg-{i:04d}".encode()
+            status = sender.send(receiver.peer_id, payload, timeout=90)[0]
+            (acknowledged if status == 200 else failed).append((payload, status))
+        received = []
+        while (response := receiver.recv(2))[0] == 200:
+            received.append(response[2])
+        acked = [payload for payload, _ in acknowledged]
+        assert all(status >= 500 for _, status in failed)
+        assert len(received) == len(set(received)), "no duplicates"
+        assert set(acked) <= set(received), "every acknowledged message arrived"
+        assert received == sorted(received), "in order"
+        assert len(acked) >= 150, f"only {len(acked)} of 200 acknowledged: {failed[:5]}"
+    finally:
+        cluster.stop_all()
