@@ -262,8 +262,11 @@ class TcpConnection:
             self.state = State.LAST_ACK
 
     def abort(self) -> None:
-        """Drop the connection and tell the peer with RST."""
+        """Drop the connection and tell the peer with RST (after Closed: just forget it)."""
         if self.state is State.CLOSED:
+            return
+        if self.state is State.TIME_WAIT:
+            self._enter_closed()
             return
         if self.state is not State.SYN_SENT:
             self._queued.append(self._make_segment(self._snd_max, RST | ACK))
