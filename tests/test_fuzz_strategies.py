@@ -1,0 +1,83 @@
+"""Shared hypothesis settings and byte-mutation strategies for the fuzz tests.
+
+Network input is either noise or a valid message someone tampered with; the
+second kind reaches much deeper into a decoder, so every fuzz test draws
+from both. The settings are derandomized so a CI run is reproducible.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable, Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FUZZ = settings(
+    max_examples=200, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def mutation_of(draw: st.DrawFn, original: bytes) -> bytes:
+    """`original` after one to four edits: bit flips, byte overwrites,
+    insertions, deletions or a truncation."""
+    data = bytearray(original)
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        edit = draw(st.sampled_from(("flip", "set", "insert", "delete", "truncate")))
+        pos = draw(st.integers(min_value=0, max_value=len(data)))
+        if edit == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        elif edit == "truncate":
+            del data[pos:]
+        elif pos == len(data):
+            continue
+        elif edit == "flip":
+            data[pos] ^= 1 << draw(st.integers(min_value=0, max_value=7))
+        elif edit == "set":
+            data[pos] = draw(st.integers(min_value=0, max_value=255))
+        else:
+            del data[pos:pos + draw(st.integers(min_value=1, max_value=8))]
+    return bytes(data)
+
+
+def noise_or_mutation(valid: Sequence[bytes], max_noise: int = 256) -> st.SearchStrategy[bytes]:
+    """Random bytes, or a mutation of one of the `valid` messages."""
+    mutated = st.sampled_from(list(valid)).flatmap(mutation_of)
+    return st.one_of(st.binary(max_size=max_noise), mutated)
+
+
+def chunkings(data: bytes) -> st.SearchStrategy[list[bytes]]:
+    """`data` cut at a random set of positions (possibly none)."""
+    cuts = st.lists(st.integers(min_value=0, max_value=len(data)), max_size=12)
+    return cuts.map(lambda points: _split(data, sorted(set(points))))
+
+
+def _split(data: bytes, points: list[int]) -> list[bytes]:
+    bounds = [0, *points, len(data)]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def peak_allocation(action: Callable[[], object]) -> int:
+    """Peak bytes traced while `action` runs (its exceptions propagate)."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@FUZZ
+@given(st.binary(min_size=1, max_size=64).flatmap(lambda b: st.tuples(st.just(b), chunkings(b))))
+def test_chunkings_reassemble(case):
+    data, chunks = case
+    assert b"".join(chunks) == data
+
+
+@FUZZ
+@given(st.binary(min_size=4, max_size=64).flatmap(lambda b: st.tuples(st.just(b), mutation_of(b))))
+def test_mutations_stay_small(case):
+    original, mutated = case
+    assert len(mutated) <= len(original) + 4 * 8
