@@ -15,7 +15,7 @@ from vectors import load
 
 from axl.identity import NodeIdentity
 from axl.routing.actions import SendFrame, SendTraffic
-from axl.routing.bloom import BLOOM_WORDS, WORD_MASK, BloomFilter
+from axl.routing.bloom import BLOOM_BITS, BLOOM_WORDS, WORD_MASK, BloomFilter
 from axl.routing.frames import (
     FRAME_CLASSES, TYPE_ANNOUNCE, TYPE_BLOOM, TYPE_PATH_LOOKUP, Announce, PathLookup, decode_body,
     encode_frame, sig_bytes, split_frame,
@@ -200,12 +200,13 @@ def signed_announces(draw: st.DrawFn) -> tuple[int, bytes]:
 
 
 random_blooms = st.randoms(use_true_random=False).map(
-    lambda rng: (TYPE_BLOOM, BloomFilter(rng.getrandbits(BLOOM_WORDS * 64) & rng.getrandbits(BLOOM_WORDS * 64)).encode())
+    lambda rng: (TYPE_BLOOM, BloomFilter(rng.getrandbits(BLOOM_BITS) & rng.getrandbits(BLOOM_BITS)).encode())
 )
 
 
 @settings(FUZZ, max_examples=60)
-@given(link_ends, st.lists(st.one_of(signed_announces(), random_blooms, typed_bodies), min_size=1, max_size=5))
+@given(link_ends,
+       st.lists(st.one_of(signed_announces(), random_blooms, typed_bodies), min_size=1, max_size=5))
 def test_router_survives_sequences_of_well_signed_frames(end, frames):
     node, link_id = end
     router = copy.deepcopy(LINE.routers[node])
@@ -224,7 +225,8 @@ def test_router_survives_sequences_of_well_signed_frames(end, frames):
     assert router.root() <= router.key  # a worse root is left within two ticks
 
 
-@pytest.mark.xfail(strict=True, reason="bloom_transform(all-zero key) raises ValueError in axl.identity.address_for_key")
+@pytest.mark.xfail(strict=True,
+                   reason="bloom_transform(all-zero key) raises ValueError in axl.identity.address_for_key")
 def test_lookup_for_the_all_zero_key_raises_only_decode_error():
     router = copy.deepcopy(LINE.routers[1])
     lookup = PathLookup(LINE.routers[0].key, bytes(32), [1])
