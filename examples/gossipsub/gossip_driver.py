@@ -1,0 +1,179 @@
+"""Runs a GossipSub router over one AXL node's HTTP bridge.
+
+The router (gossip_protocol.py) decides; this driver only moves bytes and
+time: a long-poll loop on /recv feeds it, one queue per peer keeps /send in
+order per destination while peers are served in parallel, and a timer task
+wakes it for heartbeats and IWANT deadlines.
+
+As a program it is a tiny chat on a topic: lines typed are published,
+messages from others are printed.
+
+    python examples/gossipsub/gossip_driver.py --node 0 --topic chat
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import Bridge, BridgeError, add_bridge_arguments, chosen_bridge  # noqa: E402
+from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params  # noqa: E402
+
+log = logging.getLogger("gossipsub")
+
+RECV_WAIT_SECONDS = 5.0
+IDLE_TIMER_SECONDS = 1.0
+MAX_BATCH_BYTES = 1 << 20
+
+
+class GossipNode:
+    """One GossipSub participant behind one bridge; use inside ``async with Bridge``."""
+
+    def __init__(self, bridge: Bridge, params: Params | None = None, rng: random.Random | None = None,
+                 on_delivery: Callable[[Delivery], None] | None = None) -> None:
+        self.bridge = bridge
+        self.params = params or Params()
+        self.rng = rng or random.Random()
+        self.on_delivery = on_delivery
+        self.router: GossipSub | None = None
+        self.deliveries: list[Delivery] = []
+        self.send_failures = 0
+        self._queues: dict[str, asyncio.Queue[bytes]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+
+    @property
+    def peer_id(self) -> str:
+        return self.gossip.peer_id
+
+    @property
+    def gossip(self) -> GossipSub:
+        if self.router is None:
+            raise RuntimeError("call start() first")
+        return self.router
+
+    async def start(self, peers: list[str]) -> None:
+        """Learn our id, greet ``peers`` and start the receive and timer loops."""
+        self.router = GossipSub(await self.bridge.peer_id(), self.params, self.rng)
+        for peer in peers:
+            self.router.add_peer(peer)
+        self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._timer_loop())]
+        self._flush()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._queues = {}
+
+    def subscribe(self, topic: str) -> None:
+        self.gossip.subscribe(topic, time.time())
+        self._flush()
+
+    def publish(self, topic: str, data: bytes) -> str:
+        msg_id = self.gossip.publish(topic, data, time.time())
+        self._flush()
+        return msg_id
+
+    def _flush(self) -> None:
+        """Hand deliveries to the application and queue RPCs per destination peer."""
+        for delivery in self.gossip.take_deliveries():
+            self.deliveries.append(delivery)
+            if self.on_delivery is not None:
+                self.on_delivery(delivery)
+        for peer, payload in self.gossip.take_outgoing():
+            self._queue_for(peer).put_nowait(payload)
+        self._wake.set()
+
+    def _queue_for(self, peer: str) -> asyncio.Queue[bytes]:
+        queue = self._queues.get(peer)
+        if queue is None:
+            queue = self._queues[peer] = asyncio.Queue()
+            self._tasks.append(asyncio.create_task(self._send_loop(peer, queue)))
+        return queue
+
+    async def _send_loop(self, peer: str, queue: asyncio.Queue[bytes]) -> None:
+        """Send in order; RPCs that queued up while a /send was running go out together."""
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty() and sum(map(len, batch)) < MAX_BATCH_BYTES:
+                batch.append(queue.get_nowait())
+            payload = b"".join(batch)
+            try:
+                await self.bridge.send(peer, payload)
+            except (BridgeError, OSError, asyncio.TimeoutError) as error:
+                self.send_failures += 1
+                log.warning("send to %s failed: %s", peer[:16], error)
+
+    async def _receive_loop(self) -> None:
+        while True:
+            try:
+                received = await self.bridge.recv(wait=RECV_WAIT_SECONDS)
+            except (BridgeError, OSError, asyncio.TimeoutError) as error:
+                log.warning("recv failed: %s", error)
+                await asyncio.sleep(1.0)
+                continue
+            if received is None:
+                continue
+            try:
+                self.gossip.receive(received.sender, received.body, time.time())
+            except MalformedRPC as error:
+                log.info("ignored a message from %s: %s", received.sender[:16], error)
+                continue
+            self._flush()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline = self.gossip.next_deadline()
+            delay = IDLE_TIMER_SECONDS if deadline is None else max(0.0, deadline - time.time())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                self.gossip.handle_timer(time.time())
+                self._flush()
+
+
+async def overlay_peers(bridge: Bridge) -> list[str]:
+    """The node's direct overlay peers that are up: the natural gossip neighbours."""
+    topology = await bridge.topology()
+    return [peer["public_key"] for peer in topology.get("peers", []) if peer.get("up")]
+
+
+async def chat(url: str, topic: str, extra_peers: list[str]) -> None:
+    async with Bridge(url) as bridge:
+        node = GossipNode(bridge, on_delivery=lambda d: print(
+            f"[{d.message.origin[:8]} {d.message.hops} hops] {d.message.data.decode(errors='replace')}", flush=True))
+        await node.start(await overlay_peers(bridge) + extra_peers)
+        node.subscribe(topic)
+        print(f"{node.peer_id[:16]}… on topic {topic!r}; type lines to publish, Ctrl-D to quit", flush=True)
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            node.publish(topic, line.rstrip("\n").encode())
+        await node.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="GossipSub chat over an AXL node.")
+    add_bridge_arguments(parser)
+    parser.add_argument("--topic", default="chat")
+    parser.add_argument("--peer", action="append", default=[], help="extra gossip peer id (repeatable)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        asyncio.run(chat(chosen_bridge(args), args.topic, args.peer))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

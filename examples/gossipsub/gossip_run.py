@@ -1,0 +1,95 @@
+"""Measure GossipSub on a running testnet: publish M messages, report delivery.
+
+Every node of the testnet gets a GossipSub driver (all in this one process,
+each talking only to its own node's HTTP bridge), a random set of gossip
+peers, and a subscription to one topic. After the meshes form, M messages are
+published from random nodes; the run ends when every subscriber has every
+message or the timeout passes.
+
+    axl-testnet -n 20 --shape random --degree 3      # in another terminal
+    python examples/gossipsub/gossip_run.py --messages 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import DEFAULT_TESTNET_FILE, Bridge, load_testnet  # noqa: E402
+from gossip_driver import GossipNode  # noqa: E402
+from gossip_metrics import Report, summarize  # noqa: E402
+from gossip_protocol import Params  # noqa: E402
+from gossip_sim import peer_graph  # noqa: E402
+
+TOPIC = "bench"
+POLL_SECONDS = 0.1
+SETTLE_SECONDS = 1.0  # let late duplicates arrive so that redundancy counts them
+
+
+async def run(urls: list[str], messages: int, degree: int = 6, interval: float = 0.05,
+              warmup: float = 3.0, timeout: float = 60.0, seed: int = 1,
+              params: Params | None = None) -> Report:
+    """Drive one GossipNode per bridge URL and return the delivery figures."""
+    rng = random.Random(seed)
+    params = params or Params()
+    async with AsyncExitStack() as stack:
+        bridges = [await stack.enter_async_context(Bridge(url)) for url in urls]
+        nodes = [GossipNode(bridge, params, random.Random(seed * 1000 + i)) for i, bridge in enumerate(bridges)]
+        ids = [await bridge.peer_id() for bridge in bridges]
+        graph = peer_graph(len(nodes), degree, rng)
+        try:
+            for node, neighbours in zip(nodes, graph):
+                await node.start([ids[j] for j in sorted(neighbours)])
+            for node in nodes:
+                node.subscribe(TOPIC)
+            await asyncio.sleep(warmup)
+            published: dict[str, str] = {}
+            for number in range(messages):
+                origin = rng.randrange(len(nodes))
+                published[nodes[origin].publish(TOPIC, f"message {number}".encode())] = ids[origin]
+                await asyncio.sleep(interval)
+            await _wait_all_delivered(nodes, published, timeout)
+        finally:
+            for node in nodes:
+                await node.stop()
+        copies = sum(node.gossip.copies_received for node in nodes)
+        deliveries = {node.peer_id: node.deliveries for node in nodes}
+        return summarize(published, set(ids), deliveries, copies)
+
+
+async def _wait_all_delivered(nodes: list[GossipNode], published: dict[str, str], timeout: float) -> None:
+    expected = {node.peer_id: {m for m, origin in published.items() if origin != node.peer_id} for node in nodes}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if all(expected[node.peer_id] <= {d.message.msg_id for d in node.deliveries} for node in nodes):
+            await asyncio.sleep(SETTLE_SECONDS)
+            return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="GossipSub delivery figures on a running testnet.")
+    parser.add_argument("--testnet", default=DEFAULT_TESTNET_FILE)
+    parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--degree", type=int, default=6, help="gossip peers per node [6]")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between publishes [0.05]")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    urls = [node["bridge"] for node in load_testnet(args.testnet)]
+    report = asyncio.run(run(urls, args.messages, args.degree, args.interval, timeout=args.timeout, seed=args.seed))
+    print(f"{len(urls)} nodes, {args.degree} gossip peers each, {Params()}")
+    print("\n".join(report.lines()))
+
+
+if __name__ == "__main__":
+    main()
