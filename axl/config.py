@@ -128,6 +128,8 @@ def _check_value(name: str, value: object) -> None:
         parts = urlsplit(str(value))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"{name}: expected a URL with scheme, e.g. http://127.0.0.1")
+    if name == "PrivateKey" and value:
+        _identity_from_hex(str(value))
     if name == "AllowedPublicKeys":
         for key in value:  # type: ignore[union-attr]
             if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):

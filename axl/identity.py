@@ -57,13 +57,18 @@ def _pack_bits(bits: list[int]) -> bytes:
 
 
 def address_for_key(key: bytes) -> bytes:
-    """16-byte IPv6 address in 200::/8 for a public key."""
+    """16-byte IPv6 address in 200::/8 for a public key.
+
+    As in Go: the count of leading ones is kept in one byte (so 256 wraps to
+    0), a trailing partial byte is dropped, and a short result is zero-padded.
+    """
     inverted = _bits(bytes(b ^ 0xFF for b in key))
     ones = 0
     while ones < len(inverted) and inverted[ones] == 1:
         ones += 1
-    packed = _pack_bits(inverted[ones + 1:])
-    return bytes((ADDRESS_PREFIX, ones)) + packed[:14]
+    rest = inverted[ones + 1:]
+    packed = _pack_bits(rest[:len(rest) - len(rest) % 8])
+    return (bytes((ADDRESS_PREFIX, ones % 256)) + packed[:14]).ljust(16, b"\0")
 
 
 def subnet_for_key(key: bytes) -> bytes:

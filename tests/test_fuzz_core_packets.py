@@ -19,7 +19,7 @@ from axl.core.datagrams import CORE_MTU
 from axl.identity import ADDRESS_PREFIX, NodeIdentity, address_for_key
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.packets.ipv6 import build_packet
-from test_fuzz_strategies import FUZZ, noise_or_mutation
+from fuzzing import FUZZ, noise_or_mutation
 
 T0 = 1000.0
 
@@ -70,9 +70,8 @@ def _packets() -> list[bytes]:
 
 
 PACKETS = _packets()
-# The all-zero key is left to the xfail test below until address_for_key handles it.
 keys = st.one_of(st.sampled_from([PEER.public_key, ME.public_key]),
-                 st.binary(min_size=32, max_size=32).filter(any))
+                 st.binary(min_size=32, max_size=32))
 
 
 @FUZZ
@@ -104,8 +103,6 @@ def test_device_takes_any_sequence_of_packets_and_events(steps):
 
 
 
-@pytest.mark.xfail(strict=True, reason="address_for_key: over 143 leading zero bits give a short "
-                   "address, 256 raise ValueError")
 @pytest.mark.parametrize("key,ones", [
     (bytes(32), 0), (bytes(31) + b"\x01", 255), (bytes(20) + b"\xff" * 12, 160),
 ])

@@ -11,7 +11,7 @@ from vectors import load
 from axl.link.framing import MAX_FRAME, MAX_FRAME_TYPE, FrameDecoder, FrameError, encode_frame
 from axl.link.meta import HEADER_SIZE, MAX_META_LENGTH, LinkMeta, MetaError, decode_meta, meta_bytes_needed
 from axl.wire import DecodeError, encode_uvarint
-from test_fuzz_strategies import FUZZ, chunkings, noise_or_mutation, peak_allocation
+from fuzzing import FUZZ, chunkings, noise_or_mutation, peak_allocation
 
 VALID_META = [bytes.fromhex(v["meta_hex"]) for v in load("meta")["python_sent"]] + [
     bytes.fromhex(v["captured_meta_hex"]) for v in load("meta")["go_sent"]

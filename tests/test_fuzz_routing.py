@@ -22,7 +22,7 @@ from axl.routing.frames import (
 )
 from axl.routing.router import Router
 from axl.wire import DecodeError, encode_uvarint
-from test_fuzz_strategies import FUZZ, noise_or_mutation, peak_allocation
+from fuzzing import FUZZ, noise_or_mutation, peak_allocation
 
 NOW = 1_700_000_000.0
 ROUTING_TYPES = sorted(FRAME_CLASSES)
@@ -225,8 +225,6 @@ def test_router_survives_sequences_of_well_signed_frames(end, frames):
     assert router.root() <= router.key  # a worse root is left within two ticks
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="bloom_transform(all-zero key) raises ValueError in axl.identity.address_for_key")
 def test_lookup_for_the_all_zero_key_raises_only_decode_error():
     router = copy.deepcopy(LINE.routers[1])
     lookup = PathLookup(LINE.routers[0].key, bytes(32), [1])

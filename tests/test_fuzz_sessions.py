@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from axl.identity import NodeIdentity
 from axl.sessions import Deliver, KeyPair, SendPacket, SessionManager
-from test_fuzz_strategies import FUZZ, noise_or_mutation
+from fuzzing import FUZZ, noise_or_mutation
 
 T0 = 1_700_000_000.0
 MESSAGES = [b"hello", b"first withheld", b"second withheld", b""]

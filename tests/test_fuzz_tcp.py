@@ -14,7 +14,7 @@ from axl.tcp.connection import TcpConfig, TcpConnection
 from axl.tcp.framing import MessageDecoder, MessageTooLarge, encode_message
 from axl.tcp.segment import ACK, FIN, PSH, RST, SYN, TcpSegment, decode_packet, encode_packet
 from axl.wire import DecodeError
-from test_fuzz_strategies import FUZZ, chunkings, noise_or_mutation, peak_allocation
+from fuzzing import FUZZ, chunkings, noise_or_mutation, peak_allocation
 
 VECTOR = load("ipv6_tcp")
 LOCAL = ipaddress.IPv6Address(VECTOR["addresses"]["probe"]).packed

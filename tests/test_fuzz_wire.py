@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.wire import MAX_UVARINT_LEN, DecodeError, Reader, decode_uvarint, encode_uvarint
-from test_fuzz_strategies import FUZZ, peak_allocation
+from fuzzing import FUZZ, chunkings, mutation_of, peak_allocation
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 
@@ -76,3 +76,17 @@ def test_huge_claimed_take_is_refused_without_allocating():
             reader.take(reader.uvarint())
 
     assert peak_allocation(take_claimed) < 64 * 1024
+
+
+@FUZZ
+@given(st.binary(min_size=1, max_size=64).flatmap(lambda b: st.tuples(st.just(b), chunkings(b))))
+def test_chunkings_reassemble(case):
+    data, chunks = case
+    assert b"".join(chunks) == data
+
+
+@FUZZ
+@given(st.binary(min_size=4, max_size=64).flatmap(lambda b: st.tuples(st.just(b), mutation_of(b))))
+def test_mutations_stay_small(case):
+    original, mutated = case
+    assert len(mutated) <= len(original) + 4 * 8

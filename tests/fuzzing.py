@@ -10,7 +10,7 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Callable, Sequence
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 FUZZ = settings(
@@ -67,17 +67,3 @@ def peak_allocation(action: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-
-
-@FUZZ
-@given(st.binary(min_size=1, max_size=64).flatmap(lambda b: st.tuples(st.just(b), chunkings(b))))
-def test_chunkings_reassemble(case):
-    data, chunks = case
-    assert b"".join(chunks) == data
-
-
-@FUZZ
-@given(st.binary(min_size=4, max_size=64).flatmap(lambda b: st.tuples(st.just(b), mutation_of(b))))
-def test_mutations_stay_small(case):
-    original, mutated = case
-    assert len(mutated) <= len(original) + 4 * 8
