@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,9 @@ examples:
 
 The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
 GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer}.
+
+environment:
+  AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
 """
 
 
@@ -113,11 +117,15 @@ def run(argv: list[str]) -> int:
 
 
 def _run_event_loop(node) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(node.run_until_signalled())
-    return uvloop.run(node.run_until_signalled())
+    """uvloop when installed, unless AXL_EVENT_LOOP=asyncio asks for the standard loop."""
+    if os.environ.get("AXL_EVENT_LOOP", "").lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(node.run_until_signalled())
+    return asyncio.run(node.run_until_signalled())
 
 
 def main(argv: list[str] | None = None) -> int:
