@@ -261,14 +261,26 @@ class Transport:
     # -- the receiving side ---------------------------------------------
 
     async def _serve_inbound(self, stream: OverlayStream) -> None:
-        """Read messages until the peer's FIN, then close: that FIN acknowledges."""
+        """Read messages until the peer's FIN, then close: that FIN acknowledges.
+
+        Each message must arrive whole within conn_read_timeout_secs of its
+        first byte (a trickling sender cannot hold a connection forever), and
+        an idle connection is closed after conn_idle_timeout_secs, as Go does.
+        """
         decoder = MessageDecoder(self.config.max_message_size)
+        loop = asyncio.get_running_loop()
+        message_deadline = None
         try:
             while True:
-                timeout = (self.config.conn_read_timeout_secs if decoder.partial
+                if decoder.partial and message_deadline is None:
+                    message_deadline = loop.time() + self.config.conn_read_timeout_secs
+                timeout = (message_deadline - loop.time() if message_deadline is not None
                            else self.config.conn_idle_timeout_secs)
-                await asyncio.wait_for(stream.readable.wait(), timeout)
-                for message in decoder.feed(stream.take_received()):
+                await asyncio.wait_for(stream.readable.wait(), max(0.0, timeout))
+                messages = decoder.feed(stream.take_received())
+                if messages or not decoder.partial:
+                    message_deadline = None
+                for message in messages:
                     if not await self._handle_inbound(stream, message):
                         log.warning("receive queue full: refused a message from %s",
                                     stream.peer_key.hex() if stream.peer_key else "?")
