@@ -1,0 +1,118 @@
+"""Baseline processes the node's figures are divided by.
+
+Run as child processes on the same event loop kind as the nodes, so that a
+ratio compares the node with what that loop and this machine can do at all:
+
+    python -m axl.bench.baselines tls-sink          # prints its port, reads one stream
+    python -m axl.bench.baselines tls-source PORT N # sends N bytes, prints seconds
+    python -m axl.bench.baselines noop-http         # prints its port, serves POST /
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import struct
+import sys
+import time
+
+from aiohttp import web
+
+from axl.identity import NodeIdentity
+from axl.link.tls import client_context, server_context
+
+LOOPBACK = "127.0.0.1"
+CHUNK = 1 << 20
+_LENGTH = struct.Struct("!Q")
+
+
+def announce(value: object) -> None:
+    """One JSON line on stdout: how a child hands a port or a result back."""
+    print(json.dumps(value), flush=True)
+
+
+async def tls_sink() -> None:
+    """Accept one TLS stream: u64 length, that many bytes, then one ack byte."""
+    done = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        remaining = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))[0]
+        while remaining:
+            chunk = await reader.read(min(remaining, CHUNK))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+        writer.write(b"\x01")
+        await writer.drain()
+        writer.close()
+        done.set()
+
+    server = await asyncio.start_server(serve, LOOPBACK, 0,
+                                        ssl=server_context(NodeIdentity.generate()))
+    announce(server.sockets[0].getsockname()[1])
+    async with server:
+        await done.wait()
+
+
+async def tls_source(port: int, total: int) -> None:
+    """Stream `total` bytes to a sink; report seconds from connected to acknowledged."""
+    reader, writer = await asyncio.open_connection(
+        LOOPBACK, port, ssl=client_context(NodeIdentity.generate()))
+    block = os.urandom(CHUNK)
+    start = time.perf_counter()
+    writer.write(_LENGTH.pack(total))
+    remaining = total
+    while remaining:
+        piece = block[:min(remaining, CHUNK)]
+        writer.write(piece)
+        remaining -= len(piece)
+        await writer.drain()
+    await reader.readexactly(1)
+    announce({"seconds": time.perf_counter() - start, "bytes": total})
+    writer.close()
+
+
+async def noop_http() -> None:
+    """An aiohttp server whose handler reads the body and answers 200: the
+    ceiling for request rates any aiohttp bridge can reach on this loop."""
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=200)
+
+    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app.router.add_post("/", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, LOOPBACK, 0)
+    await site.start()
+    announce(runner.addresses[0][1])
+    await asyncio.Event().wait()
+
+
+def run(coro) -> None:
+    """Run on the loop AXL_EVENT_LOOP names, exactly as axl-node chooses it."""
+    if os.environ.get("AXL_EVENT_LOOP", "").lower() != "asyncio":
+        import uvloop
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
+
+
+def main(argv: list[str]) -> int:
+    match argv:
+        case ["tls-sink"]:
+            run(tls_sink())
+        case ["tls-source", port, total]:
+            run(tls_source(int(port), int(total)))
+        case ["noop-http"]:
+            run(noop_http())
+        case _:
+            print(__doc__, file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,287 @@
+"""The measurements, for one event loop kind, on one line of five nodes.
+
+    n0 - n1 - n2 - n3 - n4
+
+One hop is n0 -> n1; three relays is n0 -> n4 (through n1, n2, n3). n2 and
+n3 only ever relay, so their memory shows what relaying costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, rss_bytes
+
+MB = 1_000_000
+MIB = 1 << 20
+_SMALL_HEADER = struct.Struct("!I")
+SEND_HEADER = "X-Destination-Peer-Id"
+RECV_WAIT = 1.0
+DRAIN_SECONDS = 10.0
+WARMUP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each measurement does; --quick shrinks all of it."""
+
+    bulk_message: int
+    bulk_count: int
+    small_count: int
+    small_size: int = 1024
+    small_senders: int = 8
+    small_receivers: int = 4
+
+    @classmethod
+    def choose(cls, quick: bool) -> "Sizes":
+        if quick:
+            return cls(bulk_message=1 * MIB, bulk_count=3, small_count=200)
+        return cls(bulk_message=16 * MIB, bulk_count=6, small_count=3000)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile; NaN when there is nothing to rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[rank]
+
+
+class LoopBench:
+    """Runs every measurement with the children on one event loop kind."""
+
+    def __init__(self, loop: str, sizes: Sizes, workdir: Path) -> None:
+        self.loop = loop
+        self.sizes = sizes
+        self.workdir = workdir
+        self.nodes: list[BenchNode] = []
+        self.figures: dict[str, float] = {}
+        self.http: aiohttp.ClientSession | None = None
+
+    async def run(self) -> dict[str, float]:
+        connector = aiohttp.TCPConnector(limit=64, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+            self.http = http
+            try:
+                await self._start_line()
+                await self._warm_up()
+                self._idle_memory()
+                await self._bulk()
+                await self._small_messages()
+                await self._unknown_peer()
+            finally:
+                for node in self.nodes:
+                    node.stop()
+        await self._raw_tls()
+        await self._noop_rate()
+        self._ratios()
+        return self.figures
+
+    # -- start-up --------------------------------------------------------
+
+    async def _start_line(self) -> None:
+        http = self.http
+        for index in range(5):
+            peers = self.nodes[-1:]
+            node = BenchNode(f"n{index}", self.workdir, self.loop, peers=peers)
+            self.nodes.append(node)
+            node.spawn()
+            bridge = await node.wait_bridge(http)
+            if index == 0:
+                self.figures["start_bridge_s"] = bridge
+            if index == 1:
+                self.figures["start_peered_s"] = await node.wait_peers(http, {peers[0].peer_id})
+        for left, right in zip(self.nodes, self.nodes[1:]):
+            await right.wait_peers(http, {left.peer_id})
+
+    async def _warm_up(self) -> None:
+        """Until a small message crosses the whole line, routes are still forming."""
+        first, last = self.nodes[0], self.nodes[-1]
+        deadline = time.monotonic() + WARMUP_TIMEOUT
+        for dest in (self.nodes[1], last):
+            while True:
+                status = await self._post(first, dest.peer_id, b"warm-up")
+                if status == 200:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{dest.name} unreachable after warm-up: HTTP {status}")
+                await asyncio.sleep(0.2)
+            await self._recv(dest, RECV_WAIT)
+
+    def _idle_memory(self) -> None:
+        self.figures["idle_rss_mb"] = rss_bytes(self.nodes[-1].pid) / MB
+        self._relay_idle = {node.name: rss_bytes(node.pid) for node in self.nodes[2:4]}
+
+    # -- bulk ------------------------------------------------------------
+
+    async def _bulk(self) -> None:
+        relays = {node.name: node.pid for node in self.nodes[2:4]}
+        async with RssSampler(relays) as sampler:
+            self.figures["bulk1_mbps"] = await self._bulk_between(self.nodes[0], self.nodes[1])
+            self.figures["bulk3_mbps"] = await self._bulk_between(self.nodes[0], self.nodes[-1])
+        growth = {name: sampler.peaks[name] - self._relay_idle[name] for name in relays}
+        worst = max(growth, key=growth.get)
+        self.figures["relay_peak_rss_mb"] = sampler.peaks[worst] / MB
+        self.figures["relay_growth_mib"] = growth[worst] / MIB
+
+    async def _bulk_between(self, source: BenchNode, dest: BenchNode) -> float:
+        """MB/s of `bulk_count` messages sent one after another, as received."""
+        sizes = self.sizes
+        payload = os.urandom(sizes.bulk_message)
+        start = time.perf_counter()
+        receiver = asyncio.create_task(self._receive_bulk(dest, sizes.bulk_count))
+        for _ in range(sizes.bulk_count):
+            status = await self._post(source, dest.peer_id, payload)
+            if status != 200:
+                receiver.cancel()
+                raise RuntimeError(f"bulk send {source.name}->{dest.name}: HTTP {status}")
+        await receiver
+        return sizes.bulk_count * sizes.bulk_message / (time.perf_counter() - start) / MB
+
+    async def _receive_bulk(self, dest: BenchNode, count: int) -> None:
+        for _ in range(count):
+            while True:
+                body = await self._recv(dest, 30.0)
+                if body is not None:
+                    if len(body) != self.sizes.bulk_message:
+                        raise RuntimeError(f"bulk message of {len(body)} bytes arrived")
+                    break
+
+    # -- small messages ----------------------------------------------------
+
+    async def _small_messages(self) -> None:
+        source, dest = self.nodes[0], self.nodes[1]
+        sizes = self.sizes
+        sent_at: dict[int, float] = {}
+        acked: set[int] = set()
+        failed = 0
+        received_at: dict[int, float] = {}
+        next_id = iter(range(sizes.small_count))
+        filler = bytes(sizes.small_size - _SMALL_HEADER.size)
+
+        async def sender() -> None:
+            nonlocal failed
+            for ident in next_id:
+                sent_at[ident] = time.perf_counter()
+                status = await self._post(source, dest.peer_id, _SMALL_HEADER.pack(ident) + filler)
+                if status == 200:
+                    acked.add(ident)
+                else:
+                    failed += 1
+
+        senders_done = asyncio.Event()
+
+        async def receiver() -> None:
+            drain_deadline = None
+            while True:
+                if senders_done.is_set():
+                    drain_deadline = drain_deadline or time.monotonic() + DRAIN_SECONDS
+                    if acked <= received_at.keys() or time.monotonic() > drain_deadline:
+                        return
+                body = await self._recv(dest, RECV_WAIT)
+                if body is not None:
+                    received_at[_SMALL_HEADER.unpack_from(body)[0]] = time.perf_counter()
+
+        receivers = [asyncio.create_task(receiver()) for _ in range(sizes.small_receivers)]
+        start = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(sizes.small_senders)))
+        elapsed = time.perf_counter() - start
+        senders_done.set()
+        await asyncio.gather(*receivers)
+        latencies = [(received_at[i] - sent_at[i]) * 1000 for i in received_at]
+        self.figures.update(
+            small_msgs_per_s=len(acked) / elapsed,
+            small_lost=float(len(acked - received_at.keys())),
+            small_failed=float(failed),
+            latency_p50_ms=percentile(latencies, 0.50),
+            latency_p99_ms=percentile(latencies, 0.99),
+        )
+
+    # -- unknown destination -----------------------------------------------
+
+    async def _unknown_peer(self) -> None:
+        stranger = os.urandom(32).hex()
+        start = time.perf_counter()
+        status = await self._post(self.nodes[0], stranger, b"anyone there?")
+        self.figures["unknown_peer_s"] = time.perf_counter() - start
+        self.figures["unknown_peer_status"] = float(status)
+
+    # -- baselines -----------------------------------------------------------
+
+    async def _raw_tls(self) -> None:
+        total = self.sizes.bulk_message * self.sizes.bulk_count
+        sink, port = await self._child("tls-sink")
+        try:
+            source, result = await self._child("tls-source", str(port), str(total))
+            await source.wait()
+        finally:
+            await sink.wait()
+        self.figures["raw_tls_mbps"] = result["bytes"] / result["seconds"] / MB
+
+    async def _noop_rate(self) -> None:
+        server, port = await self._child("noop-http")
+        url = f"http://{LOOPBACK}:{port}/"
+        body = bytes(self.sizes.small_size)
+        remaining = iter(range(self.sizes.small_count))
+
+        async def sender(http: aiohttp.ClientSession) -> None:
+            for _ in remaining:
+                async with http.post(url, data=body) as resp:
+                    await resp.read()
+
+        try:
+            async with aiohttp.ClientSession() as http:
+                start = time.perf_counter()
+                await asyncio.gather(*(sender(http) for _ in range(self.sizes.small_senders)))
+                self.figures["noop_req_per_s"] = self.sizes.small_count / (time.perf_counter() - start)
+        finally:
+            server.terminate()
+            await server.wait()
+
+    async def _child(self, *args: str) -> tuple[asyncio.subprocess.Process, object]:
+        """Start a baseline child and read the JSON line it announces."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "axl.bench.baselines", *args,
+            stdout=subprocess.PIPE, env=child_env(self.loop))
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if not line:
+            raise RuntimeError(f"baseline {args[0]} announced nothing")
+        return proc, json.loads(line)
+
+    def _ratios(self) -> None:
+        fig = self.figures
+        fig["bulk1_ratio_tls"] = fig["bulk1_mbps"] / fig["raw_tls_mbps"]
+        fig["bulk3_ratio_1hop"] = fig["bulk3_mbps"] / fig["bulk1_mbps"]
+        fig["bulk3_ratio_tls"] = fig["bulk3_mbps"] / fig["raw_tls_mbps"]
+        fig["small_ratio_noop"] = fig["small_msgs_per_s"] / fig["noop_req_per_s"]
+
+    # -- HTTP helpers --------------------------------------------------------
+
+    async def _post(self, node: BenchNode, dest: str, payload: bytes) -> int:
+        async with self.http.post(node.url + "/send", data=payload,
+                                  headers={SEND_HEADER: dest}) as resp:
+            await resp.read()
+            return resp.status
+
+    async def _recv(self, node: BenchNode, wait: float) -> bytes | None:
+        async with self.http.get(f"{node.url}/recv?wait={wait:g}") as resp:
+            body = await resp.read()
+            return body if resp.status == 200 else None
+
+
+async def run_loop(loop: str, sizes: Sizes) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"axl-bench-{loop}-") as tmp:
+        return await LoopBench(loop, sizes, Path(tmp)).run()
