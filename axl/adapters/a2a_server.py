@@ -65,17 +65,25 @@ def _skill_for(service: str) -> AgentSkill:
     )
 
 
+_PROXY_SKILL = AgentSkill(
+    id="mcp_proxy",
+    name="MCP proxy",
+    description="No MCP service is registered yet; services registered with the router appear here.",
+    tags=["mcp", "proxy"],
+)
+
+
 def build_card(url: str, services: list[str], name: str) -> AgentCard:
     """The agent card: one skill per MCP service, streaming off (the overlay carries one reply)."""
     return AgentCard(
         name=name,
         description="Reaches the MCP services registered with this node's MCP router.",
-        supported_interfaces=[AgentInterface(protocol_binding="JSONRPC", url=url)],
+        supported_interfaces=[AgentInterface(protocol_binding="JSONRPC", url=url, protocol_version="1.0")],
         version="1.0.0",
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["application/json"],
         capabilities=AgentCapabilities(streaming=False, push_notifications=False),
-        skills=[_skill_for(service) for service in sorted(services)],
+        skills=[_skill_for(service) for service in sorted(services)] or [_PROXY_SKILL],
     )
 
 
@@ -268,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     add_log_level_option(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     return run_until_signalled(
         lambda stop: serve(args.host, args.port, args.router, args.timeout, args.name, stop)
     )
