@@ -9,11 +9,11 @@ protocol and 0.3 clients (``enable_v0_3_compat``) are served.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 import logging
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +39,7 @@ from a2a.types import (
 )
 from starlette.applications import Starlette
 
-from axl.adapters.runtime import add_log_level_option, configure_logging, run_until_signalled
+from axl.adapters.runtime import configure_logging, run_until_signalled, service_parser
 
 log = logging.getLogger(__name__)
 
@@ -241,39 +241,35 @@ class _QuietServer(uvicorn.Server):
 
 
 async def serve(host: str, port: int, router_url: str, timeout: float, name: str, stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set; the socket is bound first so a busy port is a plain OSError."""
+    listener = socket.create_server((host, port))
     router = RouterClient(router_url, timeout)
     app, cards = create_app(router, f"http://{host}:{port}/", name)
-    await cards.refresh()
-    server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-    serving = asyncio.create_task(server.serve())
-    log.info("A2A server on http://%s:%d (router %s)", host, port, router_url)
-    stopping = asyncio.create_task(stop.wait())
+    server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off"))
     try:
+        await cards.refresh()
+        serving = asyncio.create_task(server.serve(sockets=[listener]))
+        log.info("A2A server on http://%s:%d (router %s)", host, port, router_url)
+        stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         server.should_exit = True
         await serving
     finally:
-        stopping.cancel()
         await router.close()
-    if not server.started:
-        raise OSError(f"could not listen on {host}:{port}")
+        listener.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="axl-a2a-server",
-        description="Serve the MCP services registered with an AXL MCP router as A2A skills. "
+    parser = service_parser(
+        "axl-a2a-server",
+        "Serve the MCP services registered with an AXL MCP router as A2A skills. "
         'A message whose text is {"service": ..., "request": <JSON-RPC>} is routed to that service.',
+        DEFAULT_PORT,
+        "seconds to wait for the router's answer",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--router", default=DEFAULT_ROUTER, help=f"MCP router base URL (default {DEFAULT_ROUTER})")
-    parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT,
-        help=f"seconds to wait for the router's answer (default {DEFAULT_TIMEOUT:g})",
-    )
     parser.add_argument("--name", default="AXL MCP agent", help="agent name shown in the card")
-    add_log_level_option(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -10,7 +10,6 @@ the modern-era headers re-applied, and upstream sessions mapped per caller.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
@@ -34,7 +33,7 @@ from axl.adapters.jsonrpc import (
     request_id_of,
     session_header,
 )
-from axl.adapters.runtime import add_log_level_option, configure_logging, run_until_signalled
+from axl.adapters.runtime import configure_logging, run_until_signalled, service_parser
 from axl.adapters.sse import SseDecoder
 from axl.wire import DecodeError
 
@@ -296,18 +295,13 @@ async def serve(host: str, port: int, timeout: float, stop: asyncio.Event) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="axl-mcp-router",
-        description="Route MCP requests arriving at an AXL node to locally registered MCP servers. "
-        "Servers register with POST /register {\"service\", \"endpoint\"}; the node calls POST /route.",
+    parser = service_parser(
+        "axl-mcp-router",
+        "Route MCP requests arriving at an AXL node to locally registered MCP servers. "
+        'Servers register with POST /register {"service", "endpoint"}; the node calls POST /route.',
+        DEFAULT_PORT,
+        "seconds to wait for an MCP server's answer",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
-    parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT,
-        help=f"seconds to wait for an MCP server's answer (default {DEFAULT_TIMEOUT:g})",
-    )
-    add_log_level_option(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     return run_until_signalled(lambda stop: serve(args.host, args.port, args.timeout, stop))

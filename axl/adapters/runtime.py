@@ -12,10 +12,16 @@ from collections.abc import Awaitable, Callable
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def add_log_level_option(parser: argparse.ArgumentParser) -> None:
+def service_parser(prog: str, description: str, default_port: int, timeout_help: str) -> argparse.ArgumentParser:
+    """The options every bundled service takes: where to listen, how long to wait, how much to log."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=default_port, help=f"port to listen on (default {default_port})")
+    parser.add_argument("--timeout", type=float, default=30.0, help=f"{timeout_help} (default 30)")
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="log verbosity (default INFO)"
     )
+    return parser
 
 
 def configure_logging(level: str) -> None:
