@@ -37,12 +37,9 @@ def peer_id(key: bytes) -> str:
 
 def parse_peer_id(text: str) -> bytes:
     """Peer id text -> 32-byte key; ValueError unless exactly 64 hex chars."""
-    if len(text) != 2 * KEY_SIZE:
+    if len(text) != 2 * KEY_SIZE or not all(c in "0123456789abcdefABCDEF" for c in text):
         raise ValueError("peer id must be 64 hex characters")
-    try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise ValueError("peer id must be 64 hex characters") from None
+    return bytes.fromhex(text)
 
 
 def _bits(data: bytes) -> list[int]:

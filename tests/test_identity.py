@@ -56,6 +56,6 @@ def test_bad_key_files(tmp_path):
 
 def test_parse_peer_id():
     assert parse_peer_id("ab" * 32) == b"\xab" * 32
-    for bad in ("ab" * 31, "zz" * 32, ""):
+    for bad in ("ab" * 31, "zz" * 32, "", "ab " * 16 + "ab" * 8):
         with pytest.raises(ValueError):
             parse_peer_id(bad)

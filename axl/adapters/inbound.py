@@ -121,6 +121,22 @@ class InboundDispatcher:
             return DispatchResult(DispatchKind.HANDLED, reply)
         return NOT_MINE
 
+    def refusal(self, payload: bytes) -> bytes | None:
+        """An error reply for an envelope of an adapter this node has switched off.
+
+        The message still goes to /recv (SPEC section 4); the reply only spares
+        the calling node a wait for an answer that would never come. Senders
+        that expect no reply (``/send``) never read it.
+        """
+        envelope = classify(payload, mcp_enabled=self.settings.router_url is None,
+                            a2a_enabled=self.settings.a2a_url is None)
+        if isinstance(envelope, McpEnvelope) and not envelope.is_notification:
+            return encode_mcp_reply(envelope.service, None,
+                                    "MCP is not enabled on the remote node (no router_addr)")
+        if isinstance(envelope, A2aEnvelope):
+            return encode_a2a_reply(None, "A2A is not enabled on the remote node (no a2a_addr)")
+        return None
+
     async def _dispatch_mcp(self, router_url: str, from_peer_id: str, envelope: McpEnvelope) -> bytes | None:
         """POST the envelope to the router; a notification gets no reply frame whatever happens."""
         body = (

@@ -11,6 +11,9 @@ from typing import Protocol
 
 from aiohttp import web
 
+from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
+from axl.config import NodeConfig
+from axl.adapters import AgentBridgeSettings, add_agent_routes
 from axl.errors import (
     DeliveryError,
     DeliveryTimeout,
@@ -30,12 +33,17 @@ class BridgeNode(Protocol):
     """What the bridge needs from the node."""
 
     max_message_size: int
+    config: NodeConfig
 
     def topology(self) -> dict: ...
 
     async def send(self, dest_key: bytes, payload: bytes) -> None: ...
 
     async def recv(self, wait: float) -> tuple[bytes, bytes] | None: ...
+
+    async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
+
+    async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
 
 
 STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
@@ -119,11 +127,16 @@ async def handle_recv(request: web.Request) -> web.Response:
     )
 
 
-def build_app(node: BridgeNode) -> web.Application:
+def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = None) -> web.Application:
     app = web.Application(client_max_size=node.max_message_size + 1)
     app["node"] = node
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send)
     app.router.add_get("/recv", handle_recv)
+    add_agent_routes(app, node, AgentBridgeSettings(
+        mcp_timeout=float(node.config.mcp_timeout_secs),
+        a2a_timeout=float(node.config.a2a_timeout_secs),
+        max_message_size=node.max_message_size,
+    ))
     return app

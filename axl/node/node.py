@@ -28,6 +28,7 @@ from axl.link.uri import URIError, parse_peer_uri
 from axl.node.inbox import Inbox
 from axl.node.transport import Transport
 from axl import routing, sessions
+from axl.adapters import AgentBridgeSettings, DispatchSettings, InboundDispatcher
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.routing import PathFound, Router, SendFrame, SendTraffic
 from axl.sessions import SendPacket, SessionManager
@@ -74,7 +75,11 @@ class Node:
         )
         self.inbox = Inbox(config.recv_queue_max_messages, config.recv_queue_max_bytes)
         self.transport = Transport(self, config)
-        self.dispatcher = None
+        self.dispatcher = InboundDispatcher(DispatchSettings(
+            router_addr=config.router_addr, router_port=config.router_port,
+            a2a_addr=config.a2a_addr, a2a_port=config.a2a_port,
+            http_timeout=float(config.mcp_timeout_secs),
+        ))
         self._pending: deque[Any] = deque()
         self._dispatching = False
         self._tick_task: asyncio.Task | None = None
@@ -185,11 +190,12 @@ class Node:
         Returns the reply to write back (bytes), None when nothing is to be
         written, or False when the inbox refused the message.
         """
-        if self.dispatcher is not None:
-            result = await self.dispatcher.dispatch(sender, message)
-            if result.handled:
-                return result.reply
-        return None if self.inbox.put(sender, message) else False
+        result = await self.dispatcher.dispatch(sender, message)
+        if result.handled:
+            return result.reply
+        if not self.inbox.put(sender, message):
+            return False
+        return self.dispatcher.refusal(message)
 
     def topology(self) -> dict:
         return {
@@ -235,12 +241,20 @@ class Node:
         await self.link_manager.start(self.config.listen)
         for uri in self.config.peers:
             self.link_manager.add_peer(uri)
-        app = build_app(self)
+        app = build_app(self, AgentBridgeSettings(
+            mcp_timeout=float(self.config.mcp_timeout_secs),
+            a2a_timeout=float(self.config.a2a_timeout_secs),
+            max_message_size=self.config.max_message_size,
+        ))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bridge_addr, self.config.api_port)
         await site.start()
         log.info("bridge listening on http://%s:%d", self.config.bridge_addr, self.config.api_port)
+        if self.config.router_url:
+            log.info("MCP requests from peers go to %s/route", self.config.router_url)
+        if self.config.a2a_url:
+            log.info("A2A requests from peers go to %s", self.config.a2a_url)
         self._tick_task = asyncio.create_task(self._tick_forever())
 
     async def stop(self) -> None:
@@ -250,6 +264,7 @@ class Node:
         await self.link_manager.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.dispatcher.close()
         log.info("stopped")
 
     async def run_until_signalled(self) -> int:
