@@ -40,6 +40,7 @@ LOOPBACK = "127.0.0.1"
 STOP_GRACE_SECONDS = 5.0
 POLL_INTERVAL_SECONDS = 0.2
 HTTP_TIMEOUT_SECONDS = 2.0
+PORT_SEARCH_FLOOR = 20000
 
 
 class TestnetError(RuntimeError):
@@ -92,11 +93,35 @@ def _random_edges(n: int, degree: int, rng: random.Random) -> list[tuple[int, in
     return sorted(edges)
 
 
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+def ephemeral_port_floor() -> int:
+    """Lowest port the OS hands out for outgoing connections (Linux; IANA's 49152 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def free_port(taken: set[int], rng: random.Random) -> int:
+    """A loopback TCP port that is bindable now, not in ``taken``, and below the ephemeral range.
+
+    Ports the OS picked (bind to 0) lie in the ephemeral range, where the
+    nodes' own outgoing connections may grab one before the node that should
+    listen there has started; ports below that range do not move under us.
+    """
+    ceiling = ephemeral_port_floor()
+    floor = min(PORT_SEARCH_FLOOR, ceiling - 1000)
+    for _ in range(1000):
+        port = rng.randrange(floor, ceiling)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise TestnetError(f"no free loopback port found in {floor}-{ceiling}")
 
 
 def default_node_command() -> list[str]:
@@ -241,9 +266,11 @@ class Testnet:
 
     def _plan_nodes(self, n: int, base_port: int) -> list[TestnetNode]:
         nodes = []
+        taken: set[int] = set()
+        rng = random.Random()
         for index in range(n):
-            api_port = base_port + index if base_port else free_port()
-            listen_port = base_port + n + index if base_port else free_port()
+            api_port = base_port + index if base_port else free_port(taken, rng)
+            listen_port = base_port + n + index if base_port else free_port(taken, rng)
             dial = [a for a, b in self.edges if b == index]
             nodes.append(
                 TestnetNode(
@@ -445,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         testnet = Testnet(args.nodes, args.shape, args.dir, degree=args.degree, seed=args.seed,
                           base_port=args.base_port, log_level=args.log_level, json_path=args.json)
-    except ValueError as error:
+    except (ValueError, TestnetError) as error:
         print(f"axl-testnet: {error}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)

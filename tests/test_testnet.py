@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 from collections import deque
 from pathlib import Path
@@ -25,6 +26,8 @@ from axl.testnet import (
     TestnetError,
     TreeView,
     convergence_problems,
+    ephemeral_port_floor,
+    free_port,
     parse_topology,
     shape_edges,
 )
@@ -181,6 +184,13 @@ def test_parse_topology_reads_root_and_peers():
                                                             {"public_key": "c", "up": False}],
                            "tree": [{"public_key": "a", "parent": ""}, {"public_key": "b", "parent": "a"}]})
     assert view.roots == {"a"} and view.peers_up == {"a"}
+
+
+def test_chosen_ports_are_distinct_and_below_the_ephemeral_range():
+    taken: set[int] = set()
+    ports = [free_port(taken, random.Random(4)) for _ in range(50)]
+    assert len(set(ports)) == 50 and taken == set(ports)
+    assert max(ports) < ephemeral_port_floor()
 
 
 def test_configs_and_node_list_are_written(tmp_path):
