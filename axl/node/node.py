@@ -26,6 +26,7 @@ from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.uri import URIError, parse_peer_uri
 from axl.node.inbox import Inbox
+from axl.wire import DecodeError
 from axl.node.transport import Transport
 from axl import routing, sessions
 from axl.adapters import AgentBridgeSettings, DispatchSettings, InboundDispatcher
@@ -100,7 +101,13 @@ class Node:
         self._dispatching = True
         try:
             while self._pending:
-                self._dispatch(self._pending.popleft())
+                action = self._pending.popleft()
+                try:
+                    self._dispatch(action)
+                except DecodeError as exc:
+                    # End-to-end content (a TCP segment, an IPv6 packet) that a
+                    # remote node got wrong: drop it, never the link it came on.
+                    log.debug("dropped malformed %s: %s", type(action).__name__, exc)
         finally:
             self._dispatching = False
 

@@ -1,0 +1,24 @@
+"""The node's action pump, without processes or sockets."""
+
+from axl.config import NodeConfig
+from axl.identity import NodeIdentity
+from axl.node import Node
+from axl.packets import DeliverPacket
+
+
+async def test_malformed_end_to_end_packet_is_dropped_not_raised():
+    node = Node(NodeConfig(), NodeIdentity.generate())
+    sender = NodeIdentity.generate().public_key
+    garbage_tcp = bytes([0x60]) + bytes(5) + bytes([6, 64]) + sender[:16] + node.identity.address + b"\x01"
+    node.apply([DeliverPacket(sender, garbage_tcp)])
+    assert node.inbox.get_nowait() is None
+    await node.dispatcher.close()
+
+
+async def test_topology_of_a_lone_node_shows_itself_as_root():
+    node = Node(NodeConfig(), NodeIdentity.generate())
+    topology = node.topology()
+    assert topology["peers"] == []
+    assert topology["tree"] == [{"public_key": node.identity.peer_id, "parent": "", "sequence": 1}]
+    assert topology["our_ipv6"].startswith("2")
+    await node.dispatcher.close()
