@@ -42,3 +42,17 @@ bench-sim:
 
 clean:
 	rm -rf testnet .pytest_cache build *.egg-info
+
+.PHONY: fuzz-api chaos soak
+
+# schemathesis against a live node for up to 5 minutes: no 500s, no undocumented answers.
+fuzz-api:
+	$(PYTHON) -m axl.chaos fuzz-api --max-examples 200 --max-time 300
+
+# Relays killed and links cut under load for 5 minutes; fails on any lost acknowledged message.
+chaos:
+	$(PYTHON) -m axl.chaos chaos --duration 300
+
+# 10 minutes of steady traffic on 5 nodes; RSS and open fds sampled each minute.
+soak:
+	$(PYTHON) -m axl.chaos soak --duration 600 --interval 60

@@ -6,12 +6,12 @@ status codes; it knows nothing about links, trees or sessions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
 from aiohttp import web
 
-from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.config import NodeConfig
 from axl.adapters import AgentBridgeSettings, add_agent_routes
 from axl.errors import (
@@ -63,16 +63,42 @@ def text_error(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message + "\n")
 
 
-async def read_limited_body(request: web.Request, limit: int) -> bytes:
-    """Read at most `limit` bytes; refuse larger bodies before reading them."""
+class BodyTimeout(Exception):
+    """The client did not deliver its whole body in time (a slow-loris upload)."""
+
+
+async def read_limited_body(request: web.Request, limit: int, timeout: float) -> bytes:
+    """Read at most `limit` bytes within `timeout` seconds; refuse larger bodies before reading them.
+
+    The deadline covers the whole body, so a client trickling a byte at a
+    time cannot hold a handler (and its memory) open forever.
+    """
     if request.content_length is not None and request.content_length > limit:
         raise MessageTooLarge(f"payload of {request.content_length} bytes exceeds max_message_size {limit}")
     body = bytearray()
-    async for chunk in request.content.iter_chunked(1 << 20):
-        body += chunk
-        if len(body) > limit:
-            raise MessageTooLarge(f"payload exceeds max_message_size {limit}")
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.content.iter_chunked(1 << 20):
+                body += chunk
+                if len(body) > limit:
+                    raise MessageTooLarge(f"payload exceeds max_message_size {limit}")
+    except TimeoutError:
+        raise BodyTimeout(f"request body not received within {timeout:g}s") from None
     return bytes(body)
+
+
+async def answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection: the rest of the body is never read.
+
+    aiohttp would otherwise keep reading (and discarding) an unread body for
+    its lingering time, which is exactly what a 2 GiB upload must not get.
+    """
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
 
 
 def _node(request: web.Request) -> BridgeNode:
@@ -100,7 +126,13 @@ async def handle_send(request: web.Request) -> web.Response:
     except ValueError:
         return text_error(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
     try:
-        payload = await read_limited_body(request, node.max_message_size)
+        payload = await read_limited_body(request, node.max_message_size,
+                                          float(node.config.conn_read_timeout_secs))
+    except BodyTimeout as exc:
+        return await answer_and_close(request, text_error(408, str(exc)))
+    except DeliveryError as exc:
+        return await answer_and_close(request, text_error(status_for(exc), str(exc)))
+    try:
         await node.send(dest, payload)
     except DeliveryError as exc:
         return text_error(status_for(exc), str(exc))
@@ -134,7 +166,7 @@ def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = Non
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send)
     app.router.add_get("/recv", handle_recv)
-    add_agent_routes(app, node, AgentBridgeSettings(
+    add_agent_routes(app, node, agent_settings or AgentBridgeSettings(
         mcp_timeout=float(node.config.mcp_timeout_secs),
         a2a_timeout=float(node.config.a2a_timeout_secs),
         max_message_size=node.max_message_size,
