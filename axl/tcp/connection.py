@@ -118,8 +118,13 @@ class TcpConnection:
 
     def __init__(self, local_port: int, remote_address: bytes, remote_port: int, iss: int,
                  config: TcpConfig | None = None, mss: int | None = None,
-                 events: deque[TcpEvent] | None = None) -> None:
+                 events: deque[TcpEvent] | None = None,
+                 touched: dict[TcpConnection, None] | None = None) -> None:
         self.config = config or TcpConfig()
+        # A stack passes one shared dict in: every call that can change what
+        # the connection wants to send or when its timer fires records it there,
+        # so the stack polls only those instead of all connections per packet.
+        self._touched = touched
         self.local_port = local_port
         self.remote_address = remote_address
         self.remote_port = remote_port
@@ -185,11 +190,13 @@ class TcpConnection:
 
     def open_active(self) -> None:
         """Start the handshake: the SYN leaves with the next segments_to_send."""
+        self._touch()
         self.state = State.SYN_SENT
         self._announced = True
 
     def open_passive(self, syn: TcpSegment) -> None:
         """Answer a SYN that reached a listener with a SYN-ACK."""
+        self._touch()
         self.passive = True
         self.state = State.SYN_RECEIVED
         self._take_peer_syn(syn)
@@ -240,6 +247,7 @@ class TcpConnection:
 
     def send(self, data: bytes | bytearray | memoryview) -> int:
         """Queue as much of `data` as the send buffer holds; returns how much."""
+        self._touch()
         if self.state not in _OPEN_FOR_WRITES or self._fin_queued:
             raise TcpClosedError(f"cannot send in state {self.state.value}")
         accepted = min(len(data), self.send_space)
@@ -253,6 +261,7 @@ class TcpConnection:
         Before the handshake completes the FIN waits for it, so an application
         can connect, send and close at once (as a one-shot message sender does).
         """
+        self._touch()
         if self.state in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED):
             self._fin_queued = True
             if self.state is State.ESTABLISHED:
@@ -263,6 +272,7 @@ class TcpConnection:
 
     def abort(self) -> None:
         """Drop the connection and tell the peer with RST (after Closed: just forget it)."""
+        self._touch()
         if self.state is State.CLOSED:
             return
         if self.state is State.TIME_WAIT:
@@ -279,18 +289,24 @@ class TcpConnection:
 
     def resume_reading(self) -> None:
         """Deliver buffered data as events again, and reopen the window."""
+        self._touch()
         self._reading = True
         self._deliver()
         self._after_drain()
 
     def read(self, max_bytes: int = -1) -> bytes:
         """Take buffered data directly (while paused); reopens the window."""
+        self._touch()
         size = len(self._recv_buf) if max_bytes < 0 else min(max_bytes, len(self._recv_buf))
         data = bytes(self._recv_buf[:size])
         del self._recv_buf[:size]
         self._deliver()
         self._after_drain()
         return data
+
+    def _touch(self) -> None:
+        if self._touched is not None:
+            self._touched[self] = None
 
     def next_event(self) -> TcpEvent | None:
         """The next event; a stack passes its own queue in, so use the stack's next_event there."""
@@ -300,6 +316,7 @@ class TcpConnection:
 
     def receive_segment(self, segment: TcpSegment, now: float) -> None:
         """Process one segment addressed to this connection."""
+        self._touch()
         if self.state is State.CLOSED:
             return
         if self.state is State.SYN_SENT:
@@ -764,6 +781,7 @@ class TcpConnection:
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
+        self._touch()
         if self._time_wait_deadline is not None and now >= self._time_wait_deadline:
             self._enter_closed()
             return

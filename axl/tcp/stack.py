@@ -48,6 +48,11 @@ class TcpStack:
         self._listeners: dict[int, int | None] = {}
         self._events: deque[TcpEvent] = deque()
         self._replies: list[bytes] = []
+        # Connections touched since they were last polled, and each
+        # connection's deadline as of its last poll: per packet the stack
+        # only looks at what changed, not at every connection it holds.
+        self._touched: dict[TcpConnection, None] = {}
+        self._deadlines: dict[TcpConnection, float] = {}
 
     # ------------------------------------------------------------- application
 
@@ -63,7 +68,8 @@ class TcpStack:
         """Open a connection from an ephemeral port; its SYN leaves with packets_to_send."""
         local_port = self._free_port(remote_address, remote_port)
         conn = TcpConnection(local_port, remote_address, remote_port, self._rng.getrandbits(32),
-                             self.config, self._choose_mss(remote_address, mss), self._events)
+                             self.config, self._choose_mss(remote_address, mss), self._events,
+                             self._touched)
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
@@ -91,7 +97,7 @@ class TcpStack:
         key = (decoded.src, segment.src_port, segment.dst_port)
         conn = self._connections.get(key)
         if conn is not None and self._replaced_by_new_syn(conn, segment):
-            del self._connections[key]
+            self._forget(key)
             conn = None
         if conn is not None:
             conn.receive_segment(segment, now)
@@ -101,31 +107,59 @@ class TcpStack:
             self._refuse(decoded.src, segment)
 
     def packets_to_send(self, now: float) -> list[bytes]:
-        """Every packet due now; finished connections are dropped after their last segments."""
+        """Every packet due now; finished connections are dropped after their last segments.
+
+        Only connections touched since their last poll can have anything due:
+        the others have neither new input nor an expired timer.
+        """
         packets = self._replies
         self._replies = []
-        finished = []
-        for key, conn in self._connections.items():
+        touched = list(self._touched)
+        self._touched.clear()
+        for conn in touched:
+            key = self._key_of(conn)
+            if self._connections.get(key) is not conn:
+                continue
             for segment in conn.segments_to_send(now):
                 packets.append(encode_packet(self.local_address, conn.remote_address,
                                              segment, self.hop_limit))
             if conn.is_closed:
-                finished.append(key)
-        for key in finished:
-            del self._connections[key]
+                self._forget(key)
+            else:
+                self._note_deadline(conn)
         return packets
 
     def get_timer(self) -> float | None:
-        deadlines = [t for t in (c.get_timer() for c in self._connections.values()) if t is not None]
-        return min(deadlines) if deadlines else None
+        for conn in self._touched:
+            self._note_deadline(conn)
+        return min(self._deadlines.values()) if self._deadlines else None
 
     def handle_timer(self, now: float) -> None:
-        for conn in list(self._connections.values()):
-            deadline = conn.get_timer()
-            if deadline is not None and deadline <= now:
+        for conn in list(self._touched):
+            self._note_deadline(conn)
+        for conn, deadline in list(self._deadlines.items()):
+            if deadline <= now:
                 conn.handle_timer(now)
 
     # ---------------------------------------------------------------- internals
+
+    @staticmethod
+    def _key_of(conn: TcpConnection) -> ConnectionKey:
+        return (conn.remote_address, conn.remote_port, conn.local_port)
+
+    def _note_deadline(self, conn: TcpConnection) -> None:
+        if self._connections.get(self._key_of(conn)) is not conn:
+            return
+        deadline = conn.get_timer()
+        if deadline is None:
+            self._deadlines.pop(conn, None)
+        else:
+            self._deadlines[conn] = deadline
+
+    def _forget(self, key: ConnectionKey) -> None:
+        conn = self._connections.pop(key)
+        self._deadlines.pop(conn, None)
+        self._touched.pop(conn, None)
 
     def _choose_mss(self, remote_address: bytes, mss: int | None) -> int:
         if mss is None and self.mss_for_remote is not None:
@@ -157,7 +191,7 @@ class TcpStack:
         conn = TcpConnection(syn.dst_port, remote_address, syn.src_port, self._rng.getrandbits(32),
                              self.config,
                              self._choose_mss(remote_address, self._listeners[syn.dst_port]),
-                             self._events)
+                             self._events, self._touched)
         conn.open_passive(syn)
         self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
 
