@@ -25,10 +25,10 @@ run: $(KEYS)
 
 # The three configs of configs/ in one terminal; Ctrl-C stops all three.
 run3: $(KEYS)
-	@trap 'kill 0' INT TERM; \
-	axl-node --config configs/node1.json & sleep 1; \
-	axl-node --config configs/node2.json & \
-	axl-node --config configs/node3.json & \
+	@axl-node --config configs/node1.json & one=$$!; sleep 1; \
+	axl-node --config configs/node2.json & two=$$!; \
+	axl-node --config configs/node3.json & three=$$!; \
+	trap 'kill $$one $$two $$three 2>/dev/null' INT TERM; \
 	wait
 
 testnet:

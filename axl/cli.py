@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 
 from axl.config import ConfigError, load_config
@@ -99,6 +100,7 @@ def configure_logging(level: str) -> None:
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(_normalise_go_flags(argv))
     configure_logging(args.log_level)
+    from axl.daemon import build_dispatcher, run_daemon
     from axl.node import Node, validate_config
 
     try:
@@ -112,11 +114,12 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    node = Node(config, identity, key_origin=key_origin)
-    return _run_event_loop(node)
+    dispatcher = build_dispatcher(config)
+    node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher)
+    return _run_event_loop(run_daemon(node, dispatcher))
 
 
-def _run_event_loop(node) -> int:
+def _run_event_loop(main_coroutine: Coroutine[None, None, int]) -> int:
     """uvloop when installed, unless AXL_EVENT_LOOP=asyncio asks for the standard loop."""
     if os.environ.get("AXL_EVENT_LOOP", "").lower() != "asyncio":
         try:
@@ -124,8 +127,8 @@ def _run_event_loop(node) -> int:
         except ImportError:
             pass
         else:
-            return uvloop.run(node.run_until_signalled())
-    return asyncio.run(node.run_until_signalled())
+            return uvloop.run(main_coroutine)
+    return asyncio.run(main_coroutine)
 
 
 def main(argv: list[str] | None = None) -> int:

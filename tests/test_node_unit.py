@@ -12,7 +12,6 @@ async def test_malformed_end_to_end_packet_is_dropped_not_raised():
     garbage_tcp = bytes([0x60]) + bytes(5) + bytes([6, 64]) + sender[:16] + node.identity.address + b"\x01"
     node.apply([DeliverPacket(sender, garbage_tcp)])
     assert node.inbox.get_nowait() is None
-    await node.dispatcher.close()
 
 
 async def test_topology_of_a_lone_node_shows_itself_as_root():
@@ -21,4 +20,3 @@ async def test_topology_of_a_lone_node_shows_itself_as_root():
     assert topology["peers"] == []
     assert topology["tree"] == [{"public_key": node.identity.peer_id, "parent": "", "sequence": 1}]
     assert topology["our_ipv6"].startswith("2")
-    await node.dispatcher.close()

@@ -12,27 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections import deque
 from typing import Any
 
-from aiohttp import web
+from typing import Protocol
 
-from axl.bridge import build_app
+from axl import routing, sessions
 from axl.config import ConfigError, NodeConfig
 from axl.core import Core, DeliverIPv6, SendMessage
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.uri import URIError, parse_peer_uri
 from axl.node.inbox import Inbox
-from axl.wire import DecodeError
 from axl.node.transport import Transport
-from axl import routing, sessions
-from axl.adapters import AgentBridgeSettings, DispatchSettings, InboundDispatcher
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.routing import PathFound, Router, SendFrame, SendTraffic
 from axl.sessions import SendPacket, SessionManager
+from axl.wire import DecodeError
 
 log = logging.getLogger("axl.node")
 
@@ -40,6 +37,19 @@ TICK_INTERVAL = 1.0
 # Yggdrasil's core MTU. Go AXL nodes advertise MSS 1220 and our TCP honours it,
 # so only Python peers, which advertise more, ever receive larger packets.
 CORE_MTU = 65535
+
+
+class DispatchOutcome(Protocol):
+    handled: bool
+    reply: bytes | None
+
+
+class InboundHandler(Protocol):
+    """Who may claim an inbound message before /recv (the MCP/A2A adapters)."""
+
+    async def dispatch(self, sender: bytes, message: bytes) -> DispatchOutcome: ...
+
+    def refusal(self, message: bytes) -> bytes | None: ...
 
 
 def validate_config(config: NodeConfig) -> None:
@@ -53,7 +63,8 @@ def validate_config(config: NodeConfig) -> None:
 
 
 class Node:
-    def __init__(self, config: NodeConfig, identity: NodeIdentity, key_origin: str = "") -> None:
+    def __init__(self, config: NodeConfig, identity: NodeIdentity, key_origin: str = "",
+                 inbound_handler: InboundHandler | None = None) -> None:
         self.config = config
         self.identity = identity
         self.key_origin = key_origin
@@ -76,16 +87,10 @@ class Node:
         )
         self.inbox = Inbox(config.recv_queue_max_messages, config.recv_queue_max_bytes)
         self.transport = Transport(self, config)
-        self.dispatcher = InboundDispatcher(DispatchSettings(
-            router_addr=config.router_addr, router_port=config.router_port,
-            a2a_addr=config.a2a_addr, a2a_port=config.a2a_port,
-            http_timeout=float(config.mcp_timeout_secs),
-        ))
+        self.inbound_handler = inbound_handler
         self._pending: deque[Any] = deque()
         self._dispatching = False
         self._tick_task: asyncio.Task | None = None
-        self._runner: web.AppRunner | None = None
-        self._stopped = asyncio.Event()
 
     # -- the action pump -------------------------------------------------
 
@@ -197,12 +202,14 @@ class Node:
         Returns the reply to write back (bytes), None when nothing is to be
         written, or False when the inbox refused the message.
         """
-        result = await self.dispatcher.dispatch(sender, message)
-        if result.handled:
-            return result.reply
+        handler = self.inbound_handler
+        if handler is not None:
+            result = await handler.dispatch(sender, message)
+            if result.handled:
+                return result.reply
         if not self.inbox.put(sender, message):
             return False
-        return self.dispatcher.refusal(message)
+        return handler.refusal(message) if handler is not None else None
 
     def topology(self) -> dict:
         return {
@@ -248,16 +255,6 @@ class Node:
         await self.link_manager.start(self.config.listen)
         for uri in self.config.peers:
             self.link_manager.add_peer(uri)
-        app = build_app(self, AgentBridgeSettings(
-            mcp_timeout=float(self.config.mcp_timeout_secs),
-            a2a_timeout=float(self.config.a2a_timeout_secs),
-            max_message_size=self.config.max_message_size,
-        ))
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bridge_addr, self.config.api_port)
-        await site.start()
-        log.info("bridge listening on http://%s:%d", self.config.bridge_addr, self.config.api_port)
         if self.config.router_url:
             log.info("MCP requests from peers go to %s/route", self.config.router_url)
         if self.config.a2a_url:
@@ -269,22 +266,3 @@ class Node:
             self._tick_task.cancel()
         await self.transport.stop()
         await self.link_manager.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        await self.dispatcher.close()
-        log.info("stopped")
-
-    async def run_until_signalled(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._stopped.set)
-        try:
-            await self.start()
-        except OSError as exc:
-            log.error("cannot start: %s", exc)
-            await self.stop()
-            return 1
-        await self._stopped.wait()
-        log.info("stopping")
-        await asyncio.wait_for(self.stop(), timeout=5)
-        return 0

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("axl.transport")
 
 WRITE_CHUNK = 1 << 20
+REFUSAL_CAUSES = "its receive queue is full, or the message exceeds its max_message_size"
 MAX_REMEMBERED_SENDERS = 4096
 
 
@@ -232,9 +233,9 @@ class Transport:
             raise DeliveryTimeout(f"{dest_key.hex()} did not acknowledge within "
                                   f"{self.config.send_timeout_secs}s") from None
         except ConnectionError as exc:
-            raise ReceiverFull(f"{dest_key.hex()} refused the message ({exc}): its queue is full") from None
+            raise ReceiverFull(f"{dest_key.hex()} refused the message ({exc}): {REFUSAL_CAUSES}") from None
         if stream.ended.done() and stream.ended.result().startswith("reset"):
-            raise ReceiverFull(f"{dest_key.hex()} refused the message: its receive queue is full")
+            raise ReceiverFull(f"{dest_key.hex()} refused the message: {REFUSAL_CAUSES}")
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
         """One envelope out, one framed reply back on the same connection."""

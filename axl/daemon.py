@@ -1,0 +1,55 @@
+"""The daemon: a Node and its HTTP bridge, run until SIGINT or SIGTERM.
+
+This sits above both the node and the bridge, so that neither has to know
+about the other beyond the bridge's small `BridgeNode` protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from axl.adapters import DispatchSettings, InboundDispatcher
+from axl.bridge.server import BridgeServer
+from axl.config import NodeConfig
+from axl.node import Node
+
+log = logging.getLogger("axl.node")
+
+STOP_TIMEOUT = 5.0
+
+
+def build_dispatcher(config: NodeConfig) -> InboundDispatcher:
+    return InboundDispatcher(DispatchSettings(
+        router_addr=config.router_addr, router_port=config.router_port,
+        a2a_addr=config.a2a_addr, a2a_port=config.a2a_port,
+        http_timeout=float(config.mcp_timeout_secs),
+    ))
+
+
+async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
+    """Serve until signalled; 0 on a clean stop, 1 when start-up failed."""
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopped.set)
+    bridge = BridgeServer(node, node.config)
+    try:
+        await node.start()
+        await bridge.start()
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        await _stop(node, bridge, dispatcher)
+        return 1
+    await stopped.wait()
+    log.info("stopping")
+    await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
+    return 0
+
+
+async def _stop(node: Node, bridge: BridgeServer, dispatcher: InboundDispatcher) -> None:
+    await bridge.stop()
+    await node.stop()
+    await dispatcher.close()
+    log.info("stopped")
