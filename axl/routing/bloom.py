@@ -13,14 +13,17 @@ from dataclasses import dataclass
 
 import mmh3
 
-from axl.wire import DecodeError, Reader
+from axl.wire import DecodeError
 
 BLOOM_WORDS = 128
 BLOOM_BITS = BLOOM_WORDS * 64
 BLOOM_HASHES = 8
 FLAG_BYTES = BLOOM_WORDS // 8
+BLOOM_BYTES = BLOOM_WORDS * 8
 WORD_MASK = (1 << 64) - 1
 _U64 = 1 << 64
+_ZERO_WORD = bytes(8)
+_ONES_WORD = b"\xff" * 8
 
 
 def bit_positions(key: bytes) -> list[int]:
@@ -79,38 +82,45 @@ class BloomFilter:
 
     def encode(self) -> bytes:
         """Wire body: flags0 (all-zero words), flags1 (all-one words), the rest big-endian."""
-        flags0 = bytearray(FLAG_BYTES)
-        flags1 = bytearray(FLAG_BYTES)
-        kept = bytearray()
-        for j, word in enumerate(self.words()):
-            if word == 0:
-                flags0[j // 8] |= 0x80 >> (j % 8)
-            elif word == WORD_MASK:
-                flags1[j // 8] |= 0x80 >> (j % 8)
+        raw = self.bits.to_bytes(BLOOM_BYTES, "big")  # word j sits at chunk 127 - j
+        flags0 = flags1 = 0
+        kept = []
+        for j in range(BLOOM_WORDS):
+            word = raw[BLOOM_BYTES - 8 * (j + 1):BLOOM_BYTES - 8 * j]
+            if word == _ZERO_WORD:
+                flags0 |= 1 << (BLOOM_WORDS - 1 - j)
+            elif word == _ONES_WORD:
+                flags1 |= 1 << (BLOOM_WORDS - 1 - j)
             else:
-                kept += word.to_bytes(8, "big")
-        return bytes(flags0) + bytes(flags1) + bytes(kept)
+                kept.append(word)
+        return flags0.to_bytes(FLAG_BYTES, "big") + flags1.to_bytes(FLAG_BYTES, "big") + b"".join(kept)
 
     @classmethod
     def decode(cls, body: bytes) -> "BloomFilter":
-        reader = Reader(body)
-        flags0 = reader.take(FLAG_BYTES)
-        flags1 = reader.take(FLAG_BYTES)
-        words = []
+        """Inverse of encode; the body must hold exactly the words the flags leave out."""
+        if len(body) < 2 * FLAG_BYTES:
+            raise DecodeError(f"bloom needs {2 * FLAG_BYTES} flag bytes, have {len(body)}")
+        flags0 = int.from_bytes(body[:FLAG_BYTES], "big")
+        flags1 = int.from_bytes(body[FLAG_BYTES:2 * FLAG_BYTES], "big")
+        if flags0 & flags1:
+            j = BLOOM_WORDS - (flags0 & flags1).bit_length()
+            raise DecodeError(f"bloom word {j} flagged both all-zero and all-ones")
+        expected = 2 * FLAG_BYTES + 8 * (BLOOM_WORDS - (flags0 | flags1).bit_count())
+        if len(body) != expected:
+            raise DecodeError(f"bloom body is {len(body)} bytes, its flags say {expected}")
+        chunks = []
+        pos = 2 * FLAG_BYTES
         for j in range(BLOOM_WORDS):
-            bit = 0x80 >> (j % 8)
-            zero = flags0[j // 8] & bit
-            ones = flags1[j // 8] & bit
-            if zero and ones:
-                raise DecodeError(f"bloom word {j} flagged both all-zero and all-ones")
-            if zero:
-                words.append(0)
-            elif ones:
-                words.append(WORD_MASK)
+            bit = 1 << (BLOOM_WORDS - 1 - j)
+            if flags0 & bit:
+                chunks.append(_ZERO_WORD)
+            elif flags1 & bit:
+                chunks.append(_ONES_WORD)
             else:
-                words.append(int.from_bytes(reader.take(8), "big"))
-        reader.finish()
-        return cls.from_words(words)
+                chunks.append(body[pos:pos + 8])
+                pos += 8
+        chunks.reverse()
+        return cls(int.from_bytes(b"".join(chunks), "big"))
 
 
 def key_mask(key: bytes) -> int:

@@ -141,6 +141,7 @@ class Router:
         self.identity = identity
         self.key = identity.public_key
         self._xform = bloom_transform(self.key)
+        self._xform_mask = key_mask(self._xform)
         self._rng = rng if rng is not None else random.SystemRandom()
         self._now = now
         self._out: list[Action] = []
@@ -153,6 +154,7 @@ class Router:
         self._link_counter = 0
         self._response_counter = 0
         self._coords_cache: dict[bytes, tuple[bytes, list[int]]] = {}
+        self._ancestry_cache: dict[bytes, list[bytes]] = {}
         self._refresh = False
         self._do_root1 = False
         self._do_root2 = False
@@ -223,7 +225,6 @@ class Router:
         if now - self._info_times.get(self.key, now) >= ROUTER_REFRESH:
             self._refresh = True
         self._do_root2 = self._do_root2 or self._do_root1
-        self._coords_cache.clear()
         self._fix()
         self._send_announces()
         self._fix_on_tree()
@@ -410,7 +411,7 @@ class Router:
             return False
         for peer in self._peers.values():
             peer.sent.discard(ann.key)
-        self._coords_cache.clear()
+        self._forget_derived()
         if old is None and origin is not None and ann.key != self.key:
             self._info_origin[ann.key] = origin
             self._origin_counts[origin] += 1
@@ -419,6 +420,8 @@ class Router:
         return True
 
     def _expire_infos(self) -> None:
+        if self._now - min(self._info_times.values()) < ROUTER_TIMEOUT:
+            return
         expired = [
             key for key, when in self._info_times.items()
             if key != self.key and self._now - when >= ROUTER_TIMEOUT
@@ -434,7 +437,13 @@ class Router:
             for peer in self._peers.values():
                 peer.sent.discard(key)
         if expired:
-            self._coords_cache.clear()
+            self._forget_derived()
+
+    def _forget_derived(self) -> None:
+        """Coordinates and ancestries depend on `infos` alone, so they are
+        cached until an info is stored or expires (the only two changes)."""
+        self._coords_cache.clear()
+        self._ancestry_cache.clear()
 
     def _new_request(self) -> SigReq:
         own = self.infos.get(self.key)
@@ -467,10 +476,10 @@ class Router:
         best_root, best_parent, best_cost = self.key, self.key, MAX_WATERMARK
         current = self._peers.get(me.parent)
         if current is not None:
-            root, dists = self._root_and_dists(self.key)
-            if root < best_root:
-                best_root, best_parent = root, me.parent
-                best_cost = self._peer_cost(current, dists[root])
+            chain = self._ancestry(self.key)
+            if chain[0] < best_root:
+                best_root, best_parent = chain[0], me.parent
+                best_cost = self._peer_cost(current, len(chain) - 1)
         candidates = sorted(
             (peer for peer in self._peers.values() if peer.response is not None),
             key=lambda peer: peer.response_order,
@@ -478,10 +487,11 @@ class Router:
         for peer in candidates:
             if peer.key not in self.infos:
                 continue
-            root, dists = self._root_and_dists(peer.key)
-            if self.key in dists:
+            chain = self._ancestry(peer.key)
+            if self.key in chain:
                 continue
-            cost = self._peer_cost(peer, dists[root])
+            root = chain[0]
+            cost = self._peer_cost(peer, len(chain) - 1)
             if root < best_root:
                 best_root, best_parent, best_cost = root, peer.key, cost
             elif root != best_root:
@@ -509,8 +519,11 @@ class Router:
         """Gossip: each peer gets the unsent infos of our ancestry, then of its own."""
         own = self._ancestry(self.key)
         for peer in self._peers.values():
+            theirs = self._ancestry(peer.key)
+            if peer.sent.issuperset(own) and peer.sent.issuperset(theirs):
+                continue
             batch = []
-            for key in own + self._ancestry(peer.key):
+            for key in own + theirs:
                 if key not in peer.sent:
                     peer.sent.add(key)
                     batch.append(self.infos[key].encode())
@@ -519,7 +532,14 @@ class Router:
                     self._send_tree(link, TYPE_ANNOUNCE, body)
 
     def _ancestry(self, key: bytes) -> list[bytes]:
-        """Root-first chain of keys above (and including) key; stops at loops and gaps."""
+        """Root-first chain of keys above (and including) key; stops at loops and gaps.
+
+        The first entry is the root as far as key can tell, and the chain's
+        length less one is key's depth below it. Callers must not mutate it.
+        """
+        cached = self._ancestry_cache.get(key)
+        if cached is not None:
+            return cached
         chain: list[bytes] = []
         seen: set[bytes] = set()
         here = key
@@ -528,18 +548,8 @@ class Router:
             seen.add(here)
             here = self.infos[here].parent
         chain.reverse()
+        self._ancestry_cache[key] = chain
         return chain
-
-    def _root_and_dists(self, key: bytes) -> tuple[bytes, dict[bytes, int]]:
-        """Each ancestor's hop count from key; the last one reached is the root."""
-        dists: dict[bytes, int] = {}
-        root = b""
-        here = key
-        while here not in dists and here in self.infos:
-            root = here
-            dists[here] = len(dists)
-            here = self.infos[here].parent
-        return root, dists
 
     def _root_and_path(self, key: bytes) -> tuple[bytes, list[int]]:
         """Root and coordinates; a loop or a missing info gives (key, []) as in Go."""
@@ -582,8 +592,7 @@ class Router:
         """Exact filters: {xform(self)} plus what the other on-tree peers told us."""
         on_tree = [peer for peer in self._peers.values() if peer.on_tree]
         for peer in on_tree:
-            fresh = BloomFilter()
-            fresh.add(self._xform)
+            fresh = BloomFilter(self._xform_mask)
             for other in on_tree:
                 if other is not peer:
                     fresh.update(other.bloom_recv)
