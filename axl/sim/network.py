@@ -111,6 +111,7 @@ class Network:
                  sessions: bool = False):
         self.seed = seed
         self.with_sessions = sessions
+        self.start = start
         self.now = start
         self.rng = random.Random(seed)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -121,6 +122,8 @@ class Network:
         self.traffic_hops: Counter[bytes] = Counter()
         self.frames_received: Counter[tuple[int, int]] = Counter()
         self.bytes_received: Counter[tuple[int, int]] = Counter()
+        self.frame_totals: Counter[int] = Counter()
+        self.byte_totals: Counter[int] = Counter()
         self.last_bloom = LastBlooms()
         self.tap: FrameTap | None = None
         self.nodes = [SimNode(i, sim_identity(seed, i), None) for i in range(size)]
@@ -193,6 +196,36 @@ class Network:
             edges.add(_edge(a, b))
         for a, b in sorted(edges):
             self.connect(a, b, **kw)
+
+    def internet(self, *, core_share: float = 0.02, core_degree: int = 6,
+                 multihome: float = 0.25, **kw) -> None:
+        """A meshed core with stub trees grown by preferential attachment.
+
+        The first few per cent of nodes form a random core of `core_degree`;
+        every later node attaches to an existing node picked with odds
+        proportional to its degree (so hubs emerge), and a share `multihome`
+        of them takes a second, independent upstream.
+        """
+        size = len(self.nodes)
+        core = max(4, min(size, int(size * core_share)))
+        edges: set[tuple[int, int]] = set()
+        for pos in range(1, core):
+            edges.add(_edge(pos, self.rng.randrange(pos)))
+        while len(edges) < min(core * core_degree // 2, core * (core - 1) // 2):
+            a, b = self.rng.sample(range(core), 2)
+            edges.add(_edge(a, b))
+        ends = [end for edge in edges for end in edge]
+        for node in range(core, size):
+            uplinks = 2 if self.rng.random() < multihome else 1
+            chosen = {ends[self.rng.randrange(len(ends))] for _ in range(uplinks)}
+            for upstream in sorted(chosen):
+                edges.add(_edge(node, upstream))
+                ends += (node, upstream)
+        for a, b in sorted(edges):
+            self.connect(a, b, **kw)
+
+    def link_count(self) -> int:
+        return sum(len(node.links) for node in self.nodes) // 2
 
     # ------------------------------------------------------------------ running
 
@@ -371,6 +404,8 @@ class Network:
         """Bookkeeping for the measures: frames and bytes, traffic hops, the last bloom per direction."""
         self.frames_received[(receiver, ftype)] += 1
         self.bytes_received[(receiver, ftype)] += len(frame)
+        self.frame_totals[ftype] += 1
+        self.byte_totals[ftype] += len(frame)
         if ftype == TYPE_TRAFFIC:
             self.traffic_hops[Traffic.decode(body).payload] += 1
         elif ftype == TYPE_BLOOM:
