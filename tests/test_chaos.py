@@ -12,7 +12,7 @@ from axl.chaos import run_chaos
 
 
 def test_every_acknowledged_message_arrives_once_and_in_order(tmp_path: Path) -> None:
-    report = run_chaos(tmp_path, duration=25.0, seed=3)
+    report = run_chaos(tmp_path, duration=20.0, seed=3)
     print(report.text())
     assert report.disruptions, "the controller never disrupted anything"
     assert any(d.startswith("kill relay") for d in report.disruptions) or \

@@ -1,0 +1,172 @@
+"""Abuse from inside the overlay: connection floods, tree-entry floods, and
+relays that corrupt, reorder or replay what they carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from axl.chaos import BitFlipper, FrameReplayer, ProxyHub, Reorderer
+from axl.config import NodeConfig
+from axl.identity import NodeIdentity
+from axl.link.framing import encode_frame
+from axl.link.meta import encode_meta, meta_bytes_needed
+from axl.node import Node
+from axl.routing.frames import TYPE_ANNOUNCE, Announce, sig_bytes
+from axl.routing.router import MAX_INFOS_PER_PEER
+from nodes import Cluster, free_port, up_peers, wait_until
+
+FLOOD_SIZE = MAX_INFOS_PER_PEER + 300
+
+
+class StalledRouter:
+    """An MCP router that holds every /route request until released, keeping overlay connections open."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.arrived = 0
+        router = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                router.arrived += 1
+                router.release.wait(30)
+                body = b'{"response": null, "error": "released"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_connections_over_max_concurrent_conns_are_refused(tmp_path: Path) -> None:
+    """Hold `cap` overlay connections open (MCP requests a stalled router sits on); the next is refused."""
+    cap = 3
+    router = StalledRouter()
+    cluster = Cluster(tmp_path)
+    target = cluster.add("target", extra={"max_concurrent_conns": cap, "router_addr": "http://127.0.0.1",
+                                          "router_port": router.port})
+    caller = cluster.add("caller", peers=[target])
+    cluster.start_all()
+    try:
+        wait_until(lambda: caller.send(target.peer_id, b"path")[0] == 200, 30, what="a path")
+        assert target.recv(5)[2] == b"path"
+        url = f"/mcp/{target.peer_id}/held"
+        body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+        answers: list[dict] = []
+
+        def hold() -> None:
+            answers.append(json.loads(caller.request("POST", url, body, {"Content-Type": "application/json"})[2]))
+
+        holders = [threading.Thread(target=hold) for _ in range(cap)]
+        for thread in holders:
+            thread.start()
+        wait_until(lambda: router.arrived >= cap, 15, what="held connections")
+        status, _, answer = caller.send(target.peer_id, b"one too many")
+        assert status == 502, answer
+        assert target.peer_id in up_peers(caller)
+        router.release.set()
+        for thread in holders:
+            thread.join()
+        assert all("released" in answer["error"]["message"] for answer in answers) and len(answers) == cap
+        wait_until(lambda: caller.send(target.peer_id, b"after")[0] == 200, 30, what="service after the flood")
+        assert target.recv(5)[2] == b"after"
+    finally:
+        cluster.stop_all()
+        router.close()
+
+
+def forged_announce(parent: NodeIdentity, child: NodeIdentity, port: int) -> Announce:
+    signed = sig_bytes(child.public_key, parent.public_key, 1, 1, port)
+    return Announce(child.public_key, parent.public_key, 1, 1, port, parent.sign(signed), child.sign(signed))
+
+
+async def test_tree_entry_flood_is_capped_per_peer() -> None:
+    listen_port = free_port()
+    config = NodeConfig(listen=[f"tcp://127.0.0.1:{listen_port}"], api_port=free_port())
+    node = Node(config, NodeIdentity.generate())
+    await node.start()
+    try:
+        attacker = NodeIdentity.from_seed(bytes(32))
+        reader, writer = await asyncio.open_connection("127.0.0.1", listen_port)
+        writer.write(encode_meta(attacker, 0))
+        head = await reader.readexactly(6)
+        await reader.readexactly(meta_bytes_needed(head) - 6)
+        rng = random.Random(5)
+        for index in range(FLOOD_SIZE):
+            child = NodeIdentity.from_seed(rng.randbytes(32))
+            writer.write(encode_frame(TYPE_ANNOUNCE, forged_announce(attacker, child, index + 1).encode()))
+            if index % 100 == 0:
+                await writer.drain()
+                await asyncio.sleep(0)
+        await writer.drain()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if node.router.info_count() >= MAX_INFOS_PER_PEER:
+                break
+        assert node.links, "the flooding link must stay up: valid announces are not misbehaviour"
+        assert MAX_INFOS_PER_PEER <= node.router.info_count() <= MAX_INFOS_PER_PEER + 2
+        writer.close()
+    finally:
+        await node.stop()
+
+
+@pytest.mark.parametrize("name", ["bitflip", "reorder", "replay"])
+def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) -> None:
+    rng = random.Random(11)
+    factories = {
+        "bitflip": lambda: BitFlipper(rng, every=4),
+        "reorder": lambda: Reorderer(every=4),
+        "replay": FrameReplayer,
+    }
+    cluster = Cluster(tmp_path)
+    listen_port = free_port()
+    b = cluster.add("b", listen=False, extra={"Listen": [f"tcp://127.0.0.1:{listen_port}"],
+                                             "send_timeout_secs": 5, "lookup_timeout_secs": 3})
+    hub = ProxyHub()
+    proxy = hub.add(listen_port, factories[name])
+    a = cluster.add("a", listen=False, extra={"Peers": [f"tcp://127.0.0.1:{proxy.port}"],
+                                             "send_timeout_secs": 5, "lookup_timeout_secs": 3})
+    cluster.start_all()
+    try:
+        sent = {}
+        acked = set()
+        for seq in range(10):
+            payload = f"{seq}:".encode() + rng.randbytes(rng.randrange(100, 8000))
+            sent[seq] = payload
+            if a.send(b.peer_id, payload, timeout=30)[0] == 200:
+                acked.add(seq)
+        received = []
+        while (message := b.recv(1))[0] == 200:
+            assert message[1]["X-From-Peer-Id"] == a.peer_id
+            received.append(message[2])
+        seqs = [int(body.split(b":", 1)[0]) for body in received]
+        assert all(body == sent[seq] for seq, body in zip(seqs, received)), "corrupted bytes were delivered"
+        assert len(seqs) == len(set(seqs)), "a message was delivered twice"
+        assert acked <= set(seqs), "an acknowledged message is missing"
+        assert seqs == sorted(seqs)
+        assert proxy.connections >= 1
+    finally:
+        cluster.stop_all()
+        hub.close()
+
