@@ -210,3 +210,30 @@ def test_fin_queued_before_handshake_follows_the_data() -> None:
         client.receive_segment(segment, 0.01)
     [data] = client.segments_to_send(0.01)
     assert data.payload == b"early" and data.flags & FIN and client.state is State.FIN_WAIT_1
+
+
+def test_path_change_cuts_a_backed_off_retransmission_short():
+    from axl.tcp.stack import TcpStack
+
+    client = TcpStack(bytes([2]) + bytes(15))
+    server = TcpStack(bytes([2]) + bytes(14) + b"\x01")
+    server.listen(7000)
+    conn = client.connect(server.local_address, 7000)
+    now = 0.0
+    for _ in range(3):  # handshake
+        for packet in client.packets_to_send(now):
+            server.receive(packet, now)
+        for packet in server.packets_to_send(now):
+            client.receive(packet, now)
+    conn.send(b"x" * 1000)
+    client.packets_to_send(now)  # lost
+    for _ in range(4):  # four timeouts with nobody answering: the backoff grows
+        now = client.get_timer()
+        client.handle_timer(now)
+        client.packets_to_send(now)
+    backed_off = client.get_timer() - now
+    assert backed_off > 1.0
+    client.path_changed(server.local_address, now + 0.1)
+    assert client.get_timer() == now + 0.1
+    client.handle_timer(now + 0.1)
+    assert client.packets_to_send(now + 0.1), "the head is retransmitted at once"

@@ -131,6 +131,7 @@ class Node:
                 self._pending.extend(self.sessions.receive(source, payload, now))
             case PathFound(key=key):
                 self._pending.extend(self.device.path_found(key, now))
+                self.transport.path_changed(key)
             case SendPacket(dest_key=dest, packet=packet):
                 self._pending.extend(self.router.send(dest, packet, now))
             case sessions.Deliver(source_key=source, message=message):

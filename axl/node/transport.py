@@ -145,6 +145,11 @@ class Transport:
         self._process_events()
         self.flush()
 
+    def path_changed(self, key: bytes) -> None:
+        """A lookup found a (new) path to `key`: connections to it retry at once."""
+        self.stack.path_changed(address_for_key(key), time.monotonic())
+        self.flush()
+
     def flush(self) -> None:
         for packet in self.stack.packets_to_send(time.monotonic()):
             self.node.send_ipv6(packet)

@@ -791,6 +791,17 @@ class TcpConnection:
             self._send_window_probe(now)
         self._deliver()
 
+    def path_changed(self, now: float) -> None:
+        """The overlay found a new path to the peer: retry now, not after a backed-off wait.
+
+        Exponential backoff protects a congested path; after a relay died and
+        a lookup found another one, the old backoff only measures the outage.
+        """
+        if self._rto_deadline is not None and self._backoff > 0:
+            self._touch()
+            self._backoff = 0
+            self._rto_deadline = now
+
     def _on_retransmission_timeout(self, now: float) -> None:
         handshaking = self.state in (State.SYN_SENT, State.SYN_RECEIVED)
         limit = self.config.syn_retransmits if handshaking else self.config.max_retransmits

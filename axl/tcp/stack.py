@@ -74,6 +74,12 @@ class TcpStack:
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
 
+    def path_changed(self, remote_address: bytes, now: float) -> None:
+        """Tell every connection to `remote_address` that its route changed."""
+        for conn in self._connections.values():
+            if conn.remote_address == remote_address:
+                conn.path_changed(now)
+
     @property
     def connections(self) -> list[TcpConnection]:
         return list(self._connections.values())
