@@ -8,7 +8,10 @@ along with an example; it depends only on aiohttp.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,3 +111,14 @@ def chosen_bridge(args: argparse.Namespace) -> str:
     if args.bridge:
         return args.bridge
     return load_testnet(args.testnet)[args.node]["bridge"]
+
+
+def run_main(main: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run for an example's main: network failures end in one line, not a traceback."""
+    try:
+        return asyncio.run(main)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (aiohttp.ClientError, BridgeError, TimeoutError, OSError, ValueError) as error:
+        print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr)
+        sys.exit(1)

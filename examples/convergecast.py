@@ -26,7 +26,7 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from common import Bridge, add_bridge_arguments, chosen_bridge, load_testnet
+from common import Bridge, add_bridge_arguments, chosen_bridge, load_testnet, run_main
 
 log = logging.getLogger("convergecast")
 
@@ -162,9 +162,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     if args.all:
         urls = [node["bridge"] for node in load_testnet(args.testnet)]
-        print(report(asyncio.run(run_all(urls, args.session, args.value, args.timeout, args.margin))))
+        print(report(run_main(run_all(urls, args.session, args.value, args.timeout, args.margin))))
         return
-    result = asyncio.run(_run_one(chosen_bridge(args), args))
+    result = run_main(_run_one(chosen_bridge(args), args))
     if result.is_root:
         print(report(result))
     else:

@@ -6,8 +6,8 @@ carrying the SHA-256 of the bytes it got, so the sender knows the copy is
 bit-identical.
 
     python examples/tensors.py recv --node 1                       # receiver
-    python examples/tensors.py send --node 0 --to PEER_ID --shape 64,64
-    python examples/tensors.py bandwidth --node 0 --to PEER_ID     # table of MB/s
+    python examples/tensors.py send --node 0 --to-node 1 --shape 64,64
+    python examples/tensors.py bandwidth --node 0 --to-node 1      # table of MB/s
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import msgpack
 import numpy as np
 
-from common import Bridge, add_bridge_arguments, chosen_bridge
+from common import Bridge, add_bridge_arguments, chosen_bridge, load_testnet, run_main
 
 try:
     import torch
@@ -234,6 +234,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["recv", "send", "bandwidth"])
     add_bridge_arguments(parser)
     parser.add_argument("--to", help="destination peer id (send, bandwidth)")
+    parser.add_argument("--to-node", type=int, help="destination: this node of the --testnet file")
     parser.add_argument("--shape", default="4,4", help="array shape for send [4,4]")
     parser.add_argument("--dtype", default="float32", help="numpy dtype for send [float32]")
     parser.add_argument("--name", default="tensor")
@@ -245,12 +246,11 @@ def main() -> None:
                         help="the nodes' max_message_size in bytes [16777216]")
     parser.add_argument("--factor", type=int, default=4, help="bandwidth: size growth per step [4]")
     args = parser.parse_args()
+    if args.to_node is not None:
+        args.to = load_testnet(args.testnet)[args.to_node]["peer_id"]
     if args.mode != "recv" and not args.to:
-        parser.error(f"{args.mode} needs --to PEER_ID")
-    try:
-        asyncio.run(main_async(args))
-    except KeyboardInterrupt:
-        pass
+        parser.error(f"{args.mode} needs --to PEER_ID or --to-node I")
+    run_main(main_async(args))
 
 
 if __name__ == "__main__":

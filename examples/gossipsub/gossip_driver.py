@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Bridge, BridgeError, add_bridge_arguments, chosen_bridge  # noqa: E402
+from common import Bridge, BridgeError, add_bridge_arguments, chosen_bridge, run_main  # noqa: E402
 from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params  # noqa: E402
 
 log = logging.getLogger("gossipsub")
@@ -32,6 +32,7 @@ log = logging.getLogger("gossipsub")
 RECV_WAIT_SECONDS = 5.0
 IDLE_TIMER_SECONDS = 1.0
 MAX_BATCH_BYTES = 1 << 20
+JOIN_SECONDS = 2.0  # a few heartbeats: learn the peers' subscriptions and graft a mesh before publishing
 
 
 class GossipNode:
@@ -68,7 +69,14 @@ class GossipNode:
         self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._timer_loop())]
         self._flush()
 
-    async def stop(self) -> None:
+    async def stop(self, drain_timeout: float = 5.0) -> None:
+        """Let queued RPCs go out (up to ``drain_timeout`` seconds), then stop all loops."""
+        try:
+            await asyncio.wait_for(asyncio.gather(*(queue.join() for queue in self._queues.values())),
+                                   timeout=drain_timeout)
+        except asyncio.TimeoutError:
+            log.warning("stopping with RPCs still queued for %d peers",
+                        sum(not queue.empty() for queue in self._queues.values()))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -112,7 +120,9 @@ class GossipNode:
                 await self.bridge.send(peer, payload)
             except (BridgeError, OSError, asyncio.TimeoutError) as error:
                 self.send_failures += 1
-                log.warning("send to %s failed: %s", peer[:16], error)
+                log.warning("send %s -> %s failed: %s", self.peer_id[:8], peer[:8], error)
+            for _ in batch:
+                queue.task_done()
 
     async def _receive_loop(self) -> None:
         while True:
@@ -155,10 +165,12 @@ async def chat(url: str, topic: str, extra_peers: list[str]) -> None:
             f"[{d.message.origin[:8]} {d.message.hops} hops] {d.message.data.decode(errors='replace')}", flush=True))
         await node.start(await overlay_peers(bridge) + extra_peers)
         node.subscribe(topic)
+        await asyncio.sleep(JOIN_SECONDS)
         print(f"{node.peer_id[:16]}… on topic {topic!r}; type lines to publish, Ctrl-D to quit", flush=True)
         loop = asyncio.get_running_loop()
         while line := await loop.run_in_executor(None, sys.stdin.readline):
-            node.publish(topic, line.rstrip("\n").encode())
+            if line.strip():
+                node.publish(topic, line.rstrip("\n").encode())
         await node.stop()
 
 
@@ -169,10 +181,7 @@ def main() -> None:
     parser.add_argument("--peer", action="append", default=[], help="extra gossip peer id (repeatable)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    try:
-        asyncio.run(chat(chosen_bridge(args), args.topic, args.peer))
-    except KeyboardInterrupt:
-        pass
+    run_main(chat(chosen_bridge(args), args.topic, args.peer))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ class Message:
 
     @property
     def msg_id(self) -> str:
+        """Origin and sequence number; publish() starts sequence numbers from the clock
+        (microseconds), so a restarted publisher does not reuse the ids of its last run."""
         return f"{self.origin}:{self.seqno}"
 
     def to_wire(self) -> dict[str, Any]:
@@ -241,7 +243,7 @@ class GossipSub:
         self.pending: dict[str, PendingWant] = {}
         self.next_heartbeat: float | None = None
         self.seqno = 0
-        self.copies_received = 0
+        self.copies_received = 0  # full copies of messages on our topics, duplicates included
         self._outgoing: dict[str, RPC] = {}
         self._deliveries: list[Delivery] = []
 
@@ -313,7 +315,7 @@ class GossipSub:
 
     def publish(self, topic: str, data: bytes, now: float) -> str:
         """Send a new message to the topic's mesh (or fanout) peers; returns its id."""
-        self.seqno += 1
+        self.seqno = max(self.seqno + 1, int(now * 1_000_000))
         message = Message(topic, data, self.peer_id, self.seqno, now, 0)
         self.seen[message.msg_id] = now + self.params.seen_ttl
         self.mcache.put(message)
@@ -384,7 +386,8 @@ class GossipSub:
             group.get(topic, set()).discard(peer)
 
     def _handle_message(self, peer: str, message: Message, now: float) -> None:
-        self.copies_received += 1
+        if message.topic in self.subscriptions:
+            self.copies_received += 1
         msg_id = message.msg_id
         if msg_id in self.seen:
             self._choke_duplicate_sender(peer, message.topic)

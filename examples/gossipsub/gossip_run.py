@@ -16,44 +16,55 @@ import argparse
 import asyncio
 import logging
 import random
+import secrets
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import DEFAULT_TESTNET_FILE, Bridge, load_testnet  # noqa: E402
-from gossip_driver import GossipNode  # noqa: E402
+from common import DEFAULT_TESTNET_FILE, Bridge, load_testnet, run_main  # noqa: E402
+from gossip_driver import GossipNode, overlay_peers  # noqa: E402
 from gossip_metrics import Report, summarize  # noqa: E402
 from gossip_protocol import Params  # noqa: E402
 from gossip_sim import peer_graph  # noqa: E402
 
-TOPIC = "bench"
+TOPIC = "bench"  # plus a random suffix per run, so leftovers of an earlier run are ignored
 POLL_SECONDS = 0.1
 SETTLE_SECONDS = 1.0  # let late duplicates arrive so that redundancy counts them
 
 
-async def run(urls: list[str], messages: int, degree: int = 6, interval: float = 0.05,
+async def run(urls: list[str], messages: int, degree: int = 0, interval: float = 0.2,
               warmup: float = 3.0, timeout: float = 60.0, seed: int = 1,
               params: Params | None = None) -> Report:
-    """Drive one GossipNode per bridge URL and return the delivery figures."""
+    """Drive one GossipNode per bridge URL and return the delivery figures.
+
+    ``degree`` 0 makes each node's direct overlay peers its gossip peers (one
+    overlay hop per gossip hop); a positive ``degree`` draws that many random
+    gossip peers per node instead, wherever they sit in the overlay.
+    """
     rng = random.Random(seed)
     params = params or Params()
     async with AsyncExitStack() as stack:
         bridges = [await stack.enter_async_context(Bridge(url)) for url in urls]
         nodes = [GossipNode(bridge, params, random.Random(seed * 1000 + i)) for i, bridge in enumerate(bridges)]
         ids = [await bridge.peer_id() for bridge in bridges]
-        graph = peer_graph(len(nodes), degree, rng)
+        if degree > 0:
+            graph = peer_graph(len(nodes), degree, rng)
+            peer_lists = [[ids[j] for j in sorted(neighbours)] for neighbours in graph]
+        else:
+            peer_lists = [await overlay_peers(bridge) for bridge in bridges]
         try:
-            for node, neighbours in zip(nodes, graph):
-                await node.start([ids[j] for j in sorted(neighbours)])
+            for node, peers in zip(nodes, peer_lists):
+                await node.start(peers)
+            topic = f"{TOPIC}-{secrets.token_hex(4)}"
             for node in nodes:
-                node.subscribe(TOPIC)
+                node.subscribe(topic)
             await asyncio.sleep(warmup)
             published: dict[str, str] = {}
             for number in range(messages):
                 origin = rng.randrange(len(nodes))
-                published[nodes[origin].publish(TOPIC, f"message {number}".encode())] = ids[origin]
+                published[nodes[origin].publish(topic, f"message {number}".encode())] = ids[origin]
                 await asyncio.sleep(interval)
             await _wait_all_delivered(nodes, published, timeout)
         finally:
@@ -79,15 +90,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="GossipSub delivery figures on a running testnet.")
     parser.add_argument("--testnet", default=DEFAULT_TESTNET_FILE)
     parser.add_argument("--messages", type=int, default=100)
-    parser.add_argument("--degree", type=int, default=6, help="gossip peers per node [6]")
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between publishes [0.05]")
+    parser.add_argument("--degree", type=int, default=0,
+                        help="random gossip peers per node; 0 = the node's direct overlay peers [0]")
+    parser.add_argument("--interval", type=float, default=0.2, help="seconds between publishes [0.2]")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     urls = [node["bridge"] for node in load_testnet(args.testnet)]
-    report = asyncio.run(run(urls, args.messages, args.degree, args.interval, timeout=args.timeout, seed=args.seed))
-    print(f"{len(urls)} nodes, {args.degree} gossip peers each, {Params()}")
+    report = run_main(run(urls, args.messages, args.degree, args.interval, timeout=args.timeout, seed=args.seed))
+    peers = f"{args.degree} random gossip peers each" if args.degree else "overlay peers as gossip peers"
+    print(f"{len(urls)} nodes, {peers}, one message every {args.interval:g}s, {Params()}")
     print("\n".join(report.lines()))
 
 
