@@ -78,14 +78,14 @@ def net(tmp_path_factory):
     try:
         cluster.start_all()
         router = f"http://127.0.0.1:{router_port}"
-        wait_until(lambda: http_ok(f"{router}/health"), 30, what="MCP router")
+        wait_until(lambda: http_ok(f"{router}/health"), 90, what="MCP router")
         for name, endpoint in services.items():
-            wait_until(lambda e=endpoint: http_ok(e.rsplit("/", 1)[0] + "/"), 30, what=name)
+            wait_until(lambda e=endpoint: http_ok(e.rsplit("/", 1)[0] + "/"), 90, what=name)
             httpx.post(f"{router}/register", json={"service": name, "endpoint": endpoint}).raise_for_status()
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{a2a_port}/.well-known/agent-card.json"), 60,
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{a2a_port}/.well-known/agent-card.json"), 90,
                    what="A2A server")
         for node in (caller, nomcp, dead):
-            wait_until(lambda n=node: caller.send(n.peer_id, b"warm-up")[0] == 200, 30, interval=0.5,
+            wait_until(lambda n=node: caller.send(n.peer_id, b"warm-up")[0] == 200, 60, interval=0.5,
                        what="overlay reachability")
         yield {"caller": caller, "remote": remote, "nomcp": nomcp, "dead": dead}
     finally:
