@@ -284,7 +284,7 @@ class GossipSub:
         if topic in self.subscriptions:
             return
         self.subscriptions.add(topic)
-        for peer in self.peers:
+        for peer in sorted(self.peers):
             self._rpc(peer).subscriptions.append((topic, True))
         mesh = self.fanout.pop(topic, set())
         self.fanout_last_publish.pop(topic, None)
@@ -297,9 +297,9 @@ class GossipSub:
         if topic not in self.subscriptions:
             return
         self.subscriptions.discard(topic)
-        for peer in self.peers:
+        for peer in sorted(self.peers):
             self._rpc(peer).subscriptions.append((topic, False))
-        for peer in self.mesh.pop(topic, set()):
+        for peer in sorted(self.mesh.pop(topic, set())):
             self._rpc(peer).prune.append(topic)
             self.backoff[(topic, peer)] = now + self.params.prune_backoff
         self.choked.pop(topic, None)
