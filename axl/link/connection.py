@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 _link_ids = itertools.count(1)
 _FIRST_HANDLED_TYPE = FrameType.SIGREQ
 CLOSE_GRACE = 1.0
+COALESCE_BYTES = 64 * 1024
 
 
 class HandshakeRefused(Exception):
@@ -127,6 +128,8 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._paused = False
+        self._unwritten: list[bytes] = []
+        self._unwritten_bytes = 0
 
     @property
     def log(self) -> logging.Logger:
@@ -257,11 +260,29 @@ class Connection(asyncio.Protocol):
     # --- sending -------------------------------------------------------------
 
     def write_frame(self, frame: bytes) -> None:
+        """Frames written in one event-loop turn leave in one transport write:
+        one TLS record batch and one system call instead of one per frame.
+        Once COALESCE_BYTES are waiting they are written at once, so the
+        transport's back-pressure (pause_writing) starts exactly as before."""
         if self.closed or self._transport is None:
             return
-        self._transport.write(frame)
+        if not self._unwritten:
+            self._loop.call_soon(self._write_unwritten)
+        self._unwritten.append(frame)
+        self._unwritten_bytes += len(frame)
+        if self._unwritten_bytes >= COALESCE_BYTES:
+            self._write_unwritten()
         self._monitor.on_sent(frame_type_of(frame), self._loop.time())
         self._arm_timer()
+
+    def _write_unwritten(self) -> None:
+        frames = self._unwritten
+        if not frames:
+            return
+        self._unwritten = []
+        self._unwritten_bytes = 0
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def send_traffic(self, frame: bytes, flow: bytes) -> None:
         if self.closed:
@@ -328,6 +349,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._timer = self._handshake_timer = None
+        self._write_unwritten()
         transport = self._transport or self._raw_transport
         if transport is not None:
             transport.close()
