@@ -461,7 +461,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM takes the same clean path as Ctrl-C."""
+    """SIGINT and SIGTERM take the same clean path, even where the shell started us ignoring SIGINT."""
     raise KeyboardInterrupt
 
 
@@ -476,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"axl-testnet: {error}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         testnet.start()
         print(f"started {args.nodes} nodes ({args.shape}); waiting for the tree to converge...", flush=True)

@@ -13,7 +13,6 @@ bit-identical.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import sys
 import time

@@ -28,6 +28,7 @@ from axl.testnet import (
     convergence_problems,
     ephemeral_port_floor,
     free_port,
+    main,
     parse_topology,
     shape_edges,
 )
@@ -231,6 +232,11 @@ def test_a_node_that_exits_is_reported(tmp_path):
     with Testnet(2, "line", tmp_path, node_command=failing) as testnet:
         with pytest.raises(TestnetError, match="exited"):
             testnet.wait_converged(timeout=10)
+
+
+def test_command_line_refuses_an_empty_testnet(capsys):
+    assert main(["-n", "0"]) == 2
+    assert "at least one node" in capsys.readouterr().err
 
 
 def test_timeout_message_names_the_problem(tmp_path):
