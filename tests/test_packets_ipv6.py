@@ -62,3 +62,27 @@ def test_parse_rejects_short_and_wrong_version():
         parse_header(bytes(39))
     with pytest.raises(DecodeError):
         parse_header(b"\x40" + bytes(39))
+
+
+def _checksum_by_words(data: bytes) -> int:
+    """RFC 1071 written out word by word, to check the big-integer shortcut against."""
+    import struct
+
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def test_checksum_matches_the_word_by_word_sum_on_edge_cases():
+    import random
+
+    rng = random.Random(7)
+    cases = [b"", b"\x00", b"\x00\x00", b"\xff\xff", b"\xff\xff" * 3, b"\xff", b"\xff\xfe\x00\x01"]
+    cases += [bytes(rng.choice((0, 255, rng.randrange(256))) for _ in range(rng.randrange(200)))
+              for _ in range(500)]
+    cases.append(bytes(rng.randrange(256) for _ in range(65536)))
+    for data in cases:
+        assert internet_checksum(data) == _checksum_by_words(data)

@@ -207,8 +207,17 @@ def parse_a2a_envelope(payload: bytes) -> A2aEnvelope | None:
     )
 
 
+_OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
+
+
 def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnvelope | A2aEnvelope | None:
-    """Which adapter owns an inbound message, checked in the Go node's order (MCP, then A2A)."""
+    """Which adapter owns an inbound message, checked in the Go node's order (MCP, then A2A).
+
+    Only a JSON object can be an envelope: anything else (a tensor, a file)
+    is refused on its first bytes instead of being decoded whole.
+    """
+    if not (mcp_enabled or a2a_enabled) or not _OBJECT_START.match(payload):
+        return None
     if mcp_enabled:
         mcp = parse_mcp_envelope(payload)
         if mcp is not None:
