@@ -120,6 +120,7 @@ class Transport:
         self.stack = TcpStack(node.identity.address, max_connections=config.max_concurrent_conns)
         self.streams: dict[TcpConnection, OverlayStream] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_when: float | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         # overlay address -> the full key its packets were last proven to come from
@@ -157,8 +158,12 @@ class Transport:
         self._arm_timer()
 
     def _arm_timer(self) -> None:
+        """Keep one loop timer at the stack's deadline; most flushes leave the
+        deadline where it was, and then the timer is left alone."""
         when = self.stack.get_timer()
         if self._timer is not None:
+            if when == self._timer_when:
+                return
             self._timer.cancel()
             self._timer = None
         if when is None:
@@ -166,6 +171,7 @@ class Transport:
         loop = asyncio.get_running_loop()
         delay = max(0.0, when - time.monotonic())
         self._timer = loop.call_later(delay, self._on_timer)
+        self._timer_when = when
 
     def _on_timer(self) -> None:
         self._timer = None
