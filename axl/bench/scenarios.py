@@ -29,7 +29,7 @@ _SMALL_HEADER = struct.Struct("!I")
 SEND_HEADER = "X-Destination-Peer-Id"
 RECV_WAIT = 1.0
 DRAIN_SECONDS = 10.0
-WARMUP_TIMEOUT = 30.0
+WARMUP_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
