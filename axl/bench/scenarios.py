@@ -30,6 +30,9 @@ SEND_HEADER = "X-Destination-Peer-Id"
 RECV_WAIT = 1.0
 DRAIN_SECONDS = 10.0
 WARMUP_TIMEOUT = 60.0
+BASELINE_TRIES = 3
+"""Baselines are ceilings: the best of a few runs, so that a moment of load
+from elsewhere on the machine does not flatter the node's ratios."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,9 @@ class LoopBench:
             finally:
                 for node in self.nodes:
                     node.stop()
-        await self._raw_tls()
-        await self._noop_rate()
+        for _ in range(BASELINE_TRIES):
+            await self._raw_tls()
+            await self._noop_rate()
         self._ratios()
         return self.figures
 
@@ -229,7 +233,8 @@ class LoopBench:
             await source.wait()
         finally:
             await sink.wait()
-        self.figures["raw_tls_mbps"] = result["bytes"] / result["seconds"] / MB
+        rate = result["bytes"] / result["seconds"] / MB
+        self.figures["raw_tls_mbps"] = max(rate, self.figures.get("raw_tls_mbps", 0.0))
 
     async def _noop_rate(self) -> None:
         server, port = await self._child("noop-http")
@@ -246,7 +251,8 @@ class LoopBench:
             async with aiohttp.ClientSession() as http:
                 start = time.perf_counter()
                 await asyncio.gather(*(sender(http) for _ in range(self.sizes.small_senders)))
-                self.figures["noop_req_per_s"] = self.sizes.small_count / (time.perf_counter() - start)
+                rate = self.sizes.small_count / (time.perf_counter() - start)
+                self.figures["noop_req_per_s"] = max(rate, self.figures.get("noop_req_per_s", 0.0))
         finally:
             server.terminate()
             await server.wait()
