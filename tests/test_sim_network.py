@@ -112,3 +112,15 @@ def test_star_topology_root_and_leaves():
     _converge(net)
     lowest = min(range(12), key=lambda i: net.nodes[i].key)
     assert all(net.nodes[i].router.root() == net.nodes[lowest].key for i in range(12))
+
+
+def test_a_packet_sent_before_blooms_spread_still_arrives_once_they_do():
+    """One send, no follow-up: the waiting rumor re-sends its lookup until it is answered."""
+    net = Network(8, seed=5)
+    net.line()
+    net.send(0, 7, b"early bird")  # at t=0 no filter knows node 7 yet: this lookup goes nowhere
+    for _ in range(40):
+        net.run(1)
+        if net.received(7, 0):
+            break
+    assert net.received(7, 0) == [b"early bird"]

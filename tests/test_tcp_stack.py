@@ -307,8 +307,8 @@ def test_syn_to_an_unreachable_peer_times_out() -> None:
     a.connect(B, PORT)
     net.run(lambda: bool(net.events), max_time=20)
     assert [type(e) for e in net.events] == [TimedOut]
-    assert net.now == pytest.approx(7.0)
-    assert len(net.sent) == 3 and all(decode_packet(p).segment.flags == SYN for p in net.sent)
+    assert net.now == pytest.approx(9.0)
+    assert len(net.sent) == 5 and all(decode_packet(p).segment.flags == SYN for p in net.sent)
 
 
 def test_peer_mss_1220_keeps_every_packet_within_1280_bytes() -> None:

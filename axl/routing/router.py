@@ -59,6 +59,8 @@ MAX_INFOS_PER_PEER = 1024
 # Rumors are made only by local sends and lookups; this bounds a runaway
 # local sender that targets ever new destinations.
 MAX_RUMORS = 4096
+# Lookups re-sent for a rumor still holding a packet (see _retry_waiting_rumors).
+RUMOR_RETRIES = 5
 
 
 class BadSignature(DecodeError):
@@ -132,6 +134,7 @@ class _Rumor:
     send_time: float
     expires: float
     cached: Traffic | None = None
+    retries: int = 0
 
 
 class Router:
@@ -229,6 +232,7 @@ class Router:
         self._send_announces()
         self._fix_on_tree()
         self._send_all_blooms()
+        self._retry_waiting_rumors()
         return self._flush()
 
     def send(self, dest_key: bytes, payload: bytes, now: float) -> list[Action]:
@@ -728,6 +732,24 @@ class Router:
         else:
             self._rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)
         self._send_lookup(dest)
+
+    def _retry_waiting_rumors(self) -> None:
+        """Re-send the lookup of a rumor that still holds a packet, 1, 2, 4, 8 and 16 s apart.
+
+        Go sends a rumor's lookup only when more traffic for it is written. A
+        lookup sent before the bloom filters have spread (just after peerings
+        come up) is then lost for good if nothing else follows; the classic
+        case is a session Ack, because the peer's session layer ignores the
+        Init retransmissions that would otherwise re-trigger it. The retries
+        respect the same 1 s throttle, so peers see ordinary lookups.
+        """
+        for rumor in list(self._rumors.values()):
+            if rumor.cached is None or rumor.retries >= RUMOR_RETRIES:
+                continue
+            if self._now - rumor.send_time >= PATH_THROTTLE * (1 << rumor.retries):
+                rumor.retries += 1
+                rumor.send_time = self._now
+                self._send_lookup(rumor.cached.dest)
 
     def _send_lookup(self, dest: bytes) -> None:
         """Throttled only against the path's creation time, as Go does (so PathBroken re-looks up)."""

@@ -77,8 +77,13 @@ class TcpConfig:
     and loss is frequent. The exponential backoff is forgotten as soon as
     new data is acknowledged (as Linux does) rather than only at the next
     RTT sample: after go-back-N retransmissions samples are rare, and a
-    backoff kept through a lossy stretch would stall a live transfer; the handshake timeouts (1 s, 2 s, 4 s: given up
-    after 7 s) keep a dial to an offline peer from hanging an HTTP request.
+    backoff kept through a lossy stretch would stall a live transfer.
+
+    The handshake retries every 1-2 s (SYNs at 0, 1, 3, 5 and 7 s; given up
+    at 9 s): the first SYN to a new peer waits on a path lookup and a session
+    handshake, and each SYN retry re-triggers both, so frequent retries
+    connect sooner after a lost lookup, while an offline peer still answers
+    an HTTP request within 10 s.
     """
 
     mss: int = MAX_MSS
@@ -88,7 +93,8 @@ class TcpConfig:
     min_rto: float = 0.2
     max_rto: float = 10.0
     max_retransmits: int = 12
-    syn_retransmits: int = 2
+    syn_retransmits: int = 4
+    max_syn_rto: float = 2.0
     time_wait: float = 2.0
     dupack_threshold: int = 3
     max_persist_interval: float = 5.0
@@ -773,7 +779,9 @@ class TcpConnection:
     @property
     def rto(self) -> float:
         """The current retransmission timeout, backoff included."""
-        return min(self.config.max_rto, self._rto_base * (1 << self._backoff))
+        handshaking = self.state in (State.SYN_SENT, State.SYN_RECEIVED)
+        cap = self.config.max_syn_rto if handshaking else self.config.max_rto
+        return min(cap, self._rto_base * (1 << self._backoff))
 
     def get_timer(self) -> float | None:
         deadlines = [d for d in (self._rto_deadline, self._persist_deadline,
@@ -795,11 +803,13 @@ class TcpConnection:
         """The overlay found a new path to the peer: retry now, not after a backed-off wait.
 
         Exponential backoff protects a congested path; after a relay died and
-        a lookup found another one, the old backoff only measures the outage.
+        a lookup found another one, the old backoff and retry count only
+        measure the outage, so both start again.
         """
         if self._rto_deadline is not None and self._backoff > 0:
             self._touch()
             self._backoff = 0
+            self._retries = 0
             self._rto_deadline = now
 
     def _on_retransmission_timeout(self, now: float) -> None:
