@@ -2,6 +2,7 @@
 PYTHON ?= python3
 N ?= 5
 SHAPE ?= line
+DEGREE ?= 3
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 
 .PHONY: install test test-all run run3 testnet bench bench-sim clean
@@ -31,8 +32,10 @@ run3: $(KEYS)
 	trap 'kill $$one $$two $$three 2>/dev/null' INT TERM; \
 	wait
 
+# N nodes on loopback (SHAPE line|star|ring|random, DEGREE for random); the node
+# list goes to .axl-testnet/testnet.json, which every example reads.
 testnet:
-	axl-testnet --nodes $(N) --shape $(SHAPE) --dir testnet
+	axl-testnet -n $(N) --shape $(SHAPE) --degree $(DEGREE)
 
 bench:
 	$(PYTHON) -m axl.bench
@@ -41,9 +44,15 @@ bench-sim:
 	$(PYTHON) -m axl.sim.bench
 
 clean:
-	rm -rf testnet .pytest_cache build *.egg-info
+	rm -rf .axl-testnet .pytest_cache build *.egg-info
 
-.PHONY: fuzz-api chaos soak
+.PHONY: fuzz fuzz-api chaos soak
+
+# Every decoder and state machine fed by the network, with 20,000 random and
+# mutated inputs each instead of the suite's 200 (FUZZ_EXAMPLES=... to change).
+FUZZ_EXAMPLES ?= 20000
+fuzz:
+	AXL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTHON) -m pytest -q tests/test_fuzz_*.py
 
 # schemathesis against a live node for up to 5 minutes: no 500s, no undocumented answers.
 fuzz-api:

@@ -7,14 +7,18 @@ from both. The settings are derandomized so a CI run is reproducible.
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from collections.abc import Callable, Sequence
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+# `make fuzz` raises the count (AXL_FUZZ_EXAMPLES) and drops derandomize, so a
+# long run explores new inputs; the suite's short run stays deterministic.
+_LONG_RUN = int(os.environ.get("AXL_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(
-    max_examples=200, deadline=None, derandomize=True, database=None,
+    max_examples=_LONG_RUN or 200, deadline=None, derandomize=not _LONG_RUN, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
