@@ -16,6 +16,7 @@ from axl.routing.frames import (
     TYPE_SIGREQ,
     TYPE_SIGRES,
     Announce,
+    PathLookup,
     SigReq,
     SigRes,
     sig_bytes,
@@ -259,3 +260,22 @@ def test_deliver_and_pathfound_actions_are_plain_data():
     net.send(0, 1, b"y")
     net.run(1)
     assert isinstance(Deliver(b"k", b"p"), Deliver) and isinstance(PathFound(b"k"), PathFound)
+
+
+def test_a_peer_flooding_lookups_is_held_to_its_budget():
+    from axl.routing.router import LOOKUP_BURST, LOOKUP_RATE
+
+    net = Network(3, seed=12)
+    net.line()
+    net.run(20)
+    relay, flooder = net.nodes[1].router, net.nodes[0]
+    link_id = next(lid for lid, link in relay._links.items() if link.key == flooder.key)
+    bodies = [PathLookup(flooder.key, _identity(f"x{i}").public_key, flooder.router.coords()).encode()
+              for i in range(50)]
+    now = net.now
+    for i in range(int(LOOKUP_BURST) + 500):
+        relay.handle_frame(link_id, TYPE_PATH_LOOKUP, bodies[i % 50], now)
+    assert relay.lookups_dropped == 500
+    for i in range(int(LOOKUP_RATE) + 10):
+        relay.handle_frame(link_id, TYPE_PATH_LOOKUP, bodies[i % 50], now + 1.0)
+    assert relay.lookups_dropped == 510, "one second refills LOOKUP_RATE lookups"

@@ -61,6 +61,12 @@ MAX_INFOS_PER_PEER = 1024
 MAX_RUMORS = 4096
 # Lookups re-sent for a rumor still holding a packet (see _retry_waiting_rumors).
 RUMOR_RETRIES = 5
+# Lookups accepted from one peer: a bucket of LOOKUP_BURST refilled at
+# LOOKUP_RATE a second. Each lookup is re-multicast, so a flooding peer would
+# otherwise turn its bandwidth into work and traffic for the whole tree.
+# Honest traffic stays far below: one lookup a second per destination.
+LOOKUP_RATE = 200.0
+LOOKUP_BURST = 1000.0
 
 
 class BadSignature(DecodeError):
@@ -113,6 +119,17 @@ class _Peer:
     bloom_recv: BloomFilter = field(default_factory=BloomFilter)
     on_tree: bool = False
     bloom_ticks: int = 0
+    lookup_tokens: float = LOOKUP_BURST
+    lookup_refilled: float = 0.0
+
+    def take_lookup_token(self, now: float) -> bool:
+        elapsed = max(0.0, now - self.lookup_refilled)
+        self.lookup_tokens = min(LOOKUP_BURST, self.lookup_tokens + elapsed * LOOKUP_RATE)
+        self.lookup_refilled = now
+        if self.lookup_tokens < 1.0:
+            return False
+        self.lookup_tokens -= 1.0
+        return True
 
     def best_link(self) -> _Link:
         """Lowest priority value; the earliest link wins a tie."""
@@ -163,6 +180,7 @@ class Router:
         self._do_root2 = False
         self._paths: dict[bytes, _PathInfo] = {}
         self._rumors: dict[bytes, _Rumor] = {}
+        self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
         self._notify_seq = 0
         self._notify_path: list[int] = []
         self._notify_sig = identity.sign(notify_info_bytes(0, []))
@@ -383,8 +401,13 @@ class Router:
 
     def _on_lookup(self, link: _Link, body: bytes) -> None:
         lookup = PathLookup.decode(body)
-        if self._peers[link.key].on_tree:
-            self._handle_lookup(link.key, lookup)
+        peer = self._peers[link.key]
+        if not peer.on_tree:
+            return
+        if not peer.take_lookup_token(self._now):
+            self.lookups_dropped += 1
+            return
+        self._handle_lookup(link.key, lookup)
 
     def _on_notify(self, link: _Link, body: bytes) -> None:
         self._handle_notify(PathNotify.decode(body))
