@@ -15,6 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+# Every process started here, so that a test failing before its own clean-up
+# cannot leave nodes running after the session (see conftest.py).
+STARTED: list["NodeProcess"] = []
+
+
+def stop_leftovers() -> None:
+    for node in STARTED:
+        node.stop()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -46,6 +56,7 @@ class NodeProcess:
             [sys.executable, "-m", "axl.cli", "--config", str(self.config_path), *self.extra_args],
             stdout=log, stderr=log, cwd=self.config_path.parent,
         )
+        STARTED.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

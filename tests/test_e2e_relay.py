@@ -88,14 +88,13 @@ def test_ring_of_five_survives_losing_the_relay_in_use(tmp_path):
     nodes = [cluster.add(f"n{i}") for i in range(5)]
     for i, node in enumerate(nodes):
         cluster.set_peers(node, [nodes[(i + 1) % 5]])
-    cluster.start_all()
-    sender, receiver = nodes[0], nodes[2]
-    wait_until(lambda: all(sum(p["up"] for p in n.get_json("/topology")["peers"]) == 2 for n in nodes),
-               20, what="ring up")
-    time.sleep(2)
-    relay = nodes[1]
+    sender, receiver, relay = nodes[0], nodes[2], nodes[1]
     acknowledged, failed = [], []
     try:
+        cluster.start_all()
+        wait_until(lambda: all(sum(p["up"] for p in n.get_json("/topology")["peers"]) == 2
+                               for n in nodes), 20, what="ring up")
+        time.sleep(2)
         for i in range(200):
             if i == 60:
                 relay.kill()
