@@ -132,3 +132,12 @@ def test_unknown_and_odd_options_are_skipped() -> None:
 def test_option_lengths_past_the_header_are_rejected(options: bytes) -> None:
     with pytest.raises(TcpDecodeError):
         decode_packet(_with_options(options))
+
+
+def test_checksum_check_can_be_left_to_a_stronger_integrity_check():
+    packet = bytearray(encode_packet(bytes([2]) + bytes(15), bytes([2]) + bytes(14) + b"\x01",
+                                     TcpSegment(1000, 7000, 1, 0, SYN, 65535)))
+    packet[-1] ^= 0xFF  # the checksum no longer matches
+    with pytest.raises(ChecksumError):
+        decode_packet(bytes(packet))
+    assert decode_packet(bytes(packet), verify_checksum=False).segment.dst_port == 7000

@@ -9,6 +9,7 @@ the body is buffered.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from axl.wire import DecodeError
 
 BytesLike = bytes | bytearray | memoryview
@@ -47,33 +48,53 @@ class MessageDecoder:
 
     def __init__(self, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.max_size = max_size
-        self._buffer = bytearray()
+        # Received chunks kept as they came: a 16 MiB message is copied once,
+        # when it is complete, instead of on every append and removal.
+        self._chunks: deque[memoryview] = deque()
+        self._buffered = 0
         self._expected: int | None = None
 
     @property
     def partial(self) -> bool:
         """True while part of a message is buffered: the read deadline applies."""
-        return bool(self._buffer) or self._expected is not None
+        return self._buffered > 0 or self._expected is not None
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return self._buffered
 
     def feed(self, data: BytesLike) -> list[bytes]:
         """Append stream bytes; return every message they complete, in order."""
-        self._buffer += data
+        if len(data):
+            # Keep a private immutable copy only when the caller's buffer may change.
+            self._chunks.append(memoryview(data if isinstance(data, bytes) else bytes(data)))
+            self._buffered += len(data)
         messages: list[bytes] = []
         while True:
             if self._expected is None:
-                if len(self._buffer) < LENGTH_SIZE:
+                if self._buffered < LENGTH_SIZE:
                     return messages
-                size = _LENGTH.unpack_from(self._buffer)[0]
+                size = _LENGTH.unpack(self._take(LENGTH_SIZE))[0]
                 if size > self.max_size:
                     raise MessageTooLarge(size, self.max_size)
-                del self._buffer[:LENGTH_SIZE]
                 self._expected = size
-            if len(self._buffer) < self._expected:
+            if self._buffered < self._expected:
                 return messages
-            messages.append(bytes(self._buffer[:self._expected]))
-            del self._buffer[:self._expected]
+            messages.append(self._take(self._expected))
             self._expected = None
+
+    def _take(self, size: int) -> bytes:
+        """Remove and return the first `size` buffered bytes (all present)."""
+        parts: list[memoryview] = []
+        needed = size
+        while needed:
+            chunk = self._chunks[0]
+            if len(chunk) <= needed:
+                parts.append(self._chunks.popleft())
+                needed -= len(chunk)
+            else:
+                parts.append(chunk[:needed])
+                self._chunks[0] = chunk[needed:]
+                needed = 0
+        self._buffered -= size
+        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)

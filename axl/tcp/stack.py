@@ -35,7 +35,8 @@ class TcpStack:
     def __init__(self, local_address: bytes, *, config: TcpConfig | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  mss_for_remote: Callable[[bytes], int | None] | None = None,
-                 rng: random.Random | None = None, hop_limit: int = 64) -> None:
+                 rng: random.Random | None = None, hop_limit: int = 64,
+                 verify_checksums: bool = True) -> None:
         if len(local_address) != 16:
             raise ValueError("local address must be 16 bytes")
         self.local_address = local_address
@@ -43,6 +44,7 @@ class TcpStack:
         self.max_connections = max_connections
         self.mss_for_remote = mss_for_remote
         self.hop_limit = hop_limit
+        self.verify_checksums = verify_checksums
         self._rng = rng or random.SystemRandom()
         self._connections: dict[ConnectionKey, TcpConnection] = {}
         self._listeners: dict[int, int | None] = {}
@@ -96,7 +98,7 @@ class TcpStack:
 
     def receive(self, packet: bytes, now: float) -> None:
         """Handle one IPv6 packet; raises DecodeError (TcpDecodeError) if malformed."""
-        decoded = decode_packet(packet)
+        decoded = decode_packet(packet, self.verify_checksums)
         if decoded.dst != self.local_address:
             return
         segment = decoded.segment
