@@ -238,3 +238,33 @@ def test_compact_keeps_strings_intact() -> None:
     text = '{ "a b" : [1, "x\\" y", "\\\\" ] ,\n "c" : "" }'
     assert compact(text) == '{"a b":[1,"x\\" y","\\\\"],"c":""}'
     assert json.loads(compact(text)) == json.loads(text)
+
+
+async def test_agent_routes_refuse_a_large_body_from_its_content_length():
+    """413 before the body is read, and the connection is closed (no lingering upload)."""
+    import asyncio
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from axl.adapters import AgentBridgeSettings, add_agent_routes
+
+    class NoRequests:
+        async def request(self, dest_key, payload, timeout):
+            raise AssertionError("nothing may be sent")
+
+    app = web.Application()
+    add_agent_routes(app, NoRequests(), AgentBridgeSettings(max_message_size=1000))
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        for path in (f"/mcp/{'ab' * 32}/svc", f"/a2a/{'ab' * 32}"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {2 ** 31}\r\n\r\n".encode())
+            await writer.drain()
+            response = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            assert response.startswith(b"HTTP/1.1 413"), response[:80]
+    finally:
+        await server.close()

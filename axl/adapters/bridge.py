@@ -33,13 +33,13 @@ from axl.adapters.jsonrpc import (
     rekeyed,
 )
 from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body
 from axl.identity import parse_peer_id
 from axl.wire import DecodeError, KEY_SIZE
 
 log = logging.getLogger(__name__)
 
 MAX_BRIDGE_SESSIONS = 4096
-_READ_CHUNK = 64 * 1024
 
 
 class Requester(Protocol):
@@ -57,6 +57,7 @@ class AgentBridgeSettings:
     mcp_timeout: float = 30.0
     a2a_timeout: float = 30.0
     max_message_size: int = 16 * 1024 * 1024
+    body_timeout: float = 60.0
 
 
 class McpSessions:
@@ -94,16 +95,22 @@ def _peer_key(text: str) -> bytes:
     return key
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refusing (413) more than ``limit`` bytes without buffering them."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(_READ_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+class _BodyRefused(Exception):
+    """The request body was too large or too slow; `response` says which."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.text)
+        self.response = response
+
+
+async def _read_body(request: web.Request, settings: AgentBridgeSettings) -> bytes:
+    """The request body, or _BodyRefused (413 over the limit, 408 when it trickles)."""
+    try:
+        return await read_limited_body(request, settings.max_message_size, settings.body_timeout)
+    except MessageTooLarge as exc:
+        raise _BodyRefused(web.Response(status=413, text=f"{exc}\n")) from None
+    except BodyTimeout as exc:
+        raise _BodyRefused(web.Response(status=408, text=f"{exc}\n")) from None
 
 
 def _json_response(body: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -126,7 +133,10 @@ class _McpRoutes:
         peer = request.match_info["peer_id"]
         service = request.match_info["service"]
         key = _peer_key(peer)
-        raw = await _read_body(request, self.settings.max_message_size)
+        try:
+            raw = await _read_body(request, self.settings)
+        except _BodyRefused as refused:
+            return await answer_and_close(request, refused.response)
         try:
             message = parse_json(raw)
         except DecodeError:
@@ -268,7 +278,10 @@ class _A2aRoutes:
 
     async def post(self, request: web.Request) -> web.StreamResponse:
         key = _peer_key(request.match_info["peer_id"])
-        raw = await _read_body(request, self.settings.max_message_size)
+        try:
+            raw = await _read_body(request, self.settings)
+        except _BodyRefused as refused:
+            return await answer_and_close(request, refused.response)
         try:
             message = parse_json(raw)
         except DecodeError:

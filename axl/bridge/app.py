@@ -6,7 +6,6 @@ status codes; it knows nothing about links, trees or sessions.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Protocol
 
@@ -21,6 +20,7 @@ from axl.errors import (
     PeerUnreachable,
     ReceiverFull,
 )
+from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body
 from axl.identity import parse_peer_id
 
 log = logging.getLogger("axl.bridge")
@@ -61,44 +61,6 @@ def status_for(error: DeliveryError) -> int:
 
 def text_error(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message + "\n")
-
-
-class BodyTimeout(Exception):
-    """The client did not deliver its whole body in time (a slow-loris upload)."""
-
-
-async def read_limited_body(request: web.Request, limit: int, timeout: float) -> bytes:
-    """Read at most `limit` bytes within `timeout` seconds; refuse larger bodies before reading them.
-
-    The deadline covers the whole body, so a client trickling a byte at a
-    time cannot hold a handler (and its memory) open forever.
-    """
-    if request.content_length is not None and request.content_length > limit:
-        raise MessageTooLarge(f"payload of {request.content_length} bytes exceeds max_message_size {limit}")
-    body = bytearray()
-    try:
-        async with asyncio.timeout(timeout):
-            async for chunk in request.content.iter_chunked(1 << 20):
-                body += chunk
-                if len(body) > limit:
-                    raise MessageTooLarge(f"payload exceeds max_message_size {limit}")
-    except TimeoutError:
-        raise BodyTimeout(f"request body not received within {timeout:g}s") from None
-    return bytes(body)
-
-
-async def answer_and_close(request: web.Request, response: web.Response) -> web.Response:
-    """Send `response`, then close the connection: the rest of the body is never read.
-
-    aiohttp would otherwise keep reading (and discarding) an unread body for
-    its lingering time, which is exactly what a 2 GiB upload must not get.
-    """
-    response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    if request.transport is not None:
-        request.transport.close()
-    return response
 
 
 def _node(request: web.Request) -> BridgeNode:
