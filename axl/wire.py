@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_UVARINT_LEN = 10
+# Largest ironwood link frame (type byte + body) yggdrasil accepts: 65535 x 2.
+# A larger one closes the link at the receiver, so senders drop them instead.
+MAX_FRAME = 131070
 KEY_SIZE = 32
 SIG_SIZE = 64
 

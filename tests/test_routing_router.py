@@ -279,3 +279,19 @@ def test_a_peer_flooding_lookups_is_held_to_its_budget():
     for i in range(int(LOOKUP_RATE) + 10):
         relay.handle_frame(link_id, TYPE_PATH_LOOKUP, bodies[i % 50], now + 1.0)
     assert relay.lookups_dropped == 510, "one second refills LOOKUP_RATE lookups"
+
+
+def test_an_answer_that_would_outgrow_the_frame_limit_is_dropped_not_sent():
+    """A maximal lookup for us would need a PathNotify over 131070 bytes: Go drops it, so do we."""
+    net = Network(2, seed=13)
+    net.line()
+    net.run(20)
+    target, asker = net.nodes[1], net.nodes[0]
+    link_id = next(lid for lid, link in target.router._links.items() if link.key == asker.key)
+    fits = PathLookup(asker.key, target.key, [1])
+    padding = (131070 - 1 - len(fits.encode())) // 3  # each port 127..16383 takes 2 bytes; 3-byte ports
+    huge = PathLookup(asker.key, target.key, [20000] * padding + [1])
+    assert len(huge.encode()) + 1 <= 131070
+    actions = target.router.handle_frame(link_id, TYPE_PATH_LOOKUP, huge.encode(), net.now)
+    assert all(len(split_frame(a.frame)[1]) + 1 <= 131070 for a in actions if hasattr(a, "frame"))
+    assert target.router.oversized_dropped >= 1

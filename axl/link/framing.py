@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from enum import IntEnum
 
-from axl.wire import MAX_UVARINT_LEN, DecodeError, decode_uvarint, encode_uvarint
-
-MAX_FRAME = 131070
+from axl.wire import MAX_FRAME, MAX_UVARINT_LEN, DecodeError, decode_uvarint, encode_uvarint
 
 
 class FrameType(IntEnum):

@@ -113,6 +113,11 @@ class Node:
                     # End-to-end content (a TCP segment, an IPv6 packet) that a
                     # remote node got wrong: drop it, never the link it came on.
                     log.debug("dropped malformed %s: %s", type(action).__name__, exc)
+                except Exception:
+                    # A fault above the router must not travel back into the
+                    # link that carried the packet and close it (Go delivers
+                    # asynchronously, so a payload can never close a link).
+                    log.exception("dropped %s after an internal error", type(action).__name__)
         finally:
             self._dispatching = False
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("axl.transport")
 
 WRITE_CHUNK = 1 << 20
-REFUSAL_CAUSES = "its receive queue is full, or the message exceeds its max_message_size"
+REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
+                  "or the message exceeds its max_message_size")
 MAX_REMEMBERED_SENDERS = 4096
 
 
@@ -266,6 +267,13 @@ class Transport:
             raise ReceiverFull(f"{dest_key.hex()} refused the message ({exc}): {REFUSAL_CAUSES}") from None
         if stream.ended.done() and stream.ended.result().startswith("reset"):
             raise ReceiverFull(f"{dest_key.hex()} refused the message: {REFUSAL_CAUSES}")
+        if stream.conn.unacknowledged:
+            # A receiver that read the message acknowledged every byte before
+            # its FIN; a FIN without that (a Go node over its connection limit
+            # closes at once) is a refusal, not a delivery.
+            stream.abort()
+            raise ReceiverFull(f"{dest_key.hex()} closed the connection without reading the message: "
+                               f"{REFUSAL_CAUSES}")
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
         """One envelope out, one framed reply back on the same connection."""

@@ -44,7 +44,7 @@ from axl.routing.frames import (
     notify_info_bytes,
     sig_bytes,
 )
-from axl.wire import DecodeError
+from axl.wire import MAX_FRAME, DecodeError
 
 ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
@@ -181,6 +181,7 @@ class Router:
         self._paths: dict[bytes, _PathInfo] = {}
         self._rumors: dict[bytes, _Rumor] = {}
         self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
+        self.oversized_dropped = 0  # frames we built over MAX_FRAME
         self._notify_seq = 0
         self._notify_path: list[int] = []
         self._notify_sig = identity.sign(notify_info_bytes(0, []))
@@ -330,10 +331,24 @@ class Router:
         return out
 
     def _send_tree(self, link: _Link, ftype: int, body: bytes) -> None:
-        self._out.append(SendFrame(link.link_id, encode_frame(ftype, body)))
+        if self._fits(body):
+            self._out.append(SendFrame(link.link_id, encode_frame(ftype, body)))
 
     def _send_queued(self, link: _Link, ftype: int, body: bytes, dest: bytes, source: bytes) -> None:
-        self._out.append(SendTraffic(link.link_id, encode_frame(ftype, body), dest + source))
+        if self._fits(body):
+            self._out.append(SendTraffic(link.link_id, encode_frame(ftype, body), dest + source))
+
+    def _fits(self, body: bytes) -> bool:
+        """Drop, as Go does, a frame over the link limit: a peer would close the link on it.
+
+        Answers can outgrow what they answer (a PathNotify carries our path
+        beside the lookup's, a PathBroken a full watermark), so a remote node
+        could otherwise make us send one.
+        """
+        if len(body) + 1 <= MAX_FRAME:
+            return True
+        self.oversized_dropped += 1
+        return False
 
     def _send_request(self, link: _Link, request: SigReq) -> None:
         link.req_sent_at = self._now
