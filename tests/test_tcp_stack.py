@@ -389,3 +389,16 @@ def test_malformed_packets_raise_and_leave_the_stack_working() -> None:
     with pytest.raises(DecodeError):
         b.receive(b"\x60" + bytes(10), 0.0)
     assert b.packets_to_send(0.0) == [] and not b.connections
+
+
+def test_clock_based_isn_grows_for_a_reused_tuple() -> None:
+    """RFC 6528: the same 4-tuple later gets a higher initial sequence number."""
+    stack = TcpStack(A, rng=random.Random(3))
+    first = stack.connect(B, PORT, now=100.0)
+    port = first.local_port
+    isn_first = decode_packet(stack.packets_to_send(100.0)[0]).segment.seq
+    first.abort()
+    stack.packets_to_send(100.0)
+    assert stack._clock_iss(B, PORT, port, 130.0) - isn_first == 30 * 250_000
+    other = stack._clock_iss(B, PORT + 1, port, 100.0)
+    assert other != isn_first, "other tuples start elsewhere"

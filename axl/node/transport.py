@@ -229,7 +229,8 @@ class Transport:
         ACK instead of waiting a round trip, and with `last` (nothing follows)
         the FIN rides along too. Returns the stream and the unqueued rest."""
         loop = asyncio.get_running_loop()
-        conn = self.stack.connect(address_for_key(dest_key), self.config.tcp_port)
+        conn = self.stack.connect(address_for_key(dest_key), self.config.tcp_port,
+                                  now=time.monotonic())
         stream = OverlayStream(self, conn, dest_key)
         self.streams[conn] = stream
         conn.send(message_header(len(payload)))

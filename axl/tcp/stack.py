@@ -9,7 +9,9 @@ dialer is refused at once).
 
 from __future__ import annotations
 
+import hashlib
 import random
+import struct
 from collections import deque
 from collections.abc import Callable
 
@@ -46,6 +48,7 @@ class TcpStack:
         self.hop_limit = hop_limit
         self.verify_checksums = verify_checksums
         self._rng = rng or random.SystemRandom()
+        self._iss_secret = self._rng.getrandbits(128).to_bytes(16, "big")
         self._connections: dict[ConnectionKey, TcpConnection] = {}
         self._listeners: dict[int, int | None] = {}
         self._events: deque[TcpEvent] = deque()
@@ -66,15 +69,28 @@ class TcpStack:
         self._listeners.pop(port, None)
 
     def connect(self, remote_address: bytes, remote_port: int,
-                mss: int | None = None) -> TcpConnection:
-        """Open a connection from an ephemeral port; its SYN leaves with packets_to_send."""
+                mss: int | None = None, now: float | None = None) -> TcpConnection:
+        """Open a connection from an ephemeral port; its SYN leaves with packets_to_send.
+
+        With `now`, the initial sequence number follows RFC 6528 (a 4 us clock
+        plus a keyed hash of the 4-tuple), so a reused port's new SYN lies above
+        the old connection's sequence numbers and a peer still in TIME-WAIT for
+        that tuple (gVisor keeps it 60 s) accepts it. Without, it is random.
+        """
         local_port = self._free_port(remote_address, remote_port)
-        conn = TcpConnection(local_port, remote_address, remote_port, self._rng.getrandbits(32),
+        iss = (self._rng.getrandbits(32) if now is None
+               else self._clock_iss(remote_address, remote_port, local_port, now))
+        conn = TcpConnection(local_port, remote_address, remote_port, iss,
                              self.config, self._choose_mss(remote_address, mss), self._events,
                              self._touched)
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
+
+    def _clock_iss(self, remote_address: bytes, remote_port: int, local_port: int, now: float) -> int:
+        four_tuple = self.local_address + remote_address + struct.pack("!HH", local_port, remote_port)
+        offset = hashlib.blake2b(four_tuple, key=self._iss_secret, digest_size=4).digest()
+        return (int(now * 250_000) + int.from_bytes(offset, "big")) & 0xFFFFFFFF
 
     def path_changed(self, remote_address: bytes, now: float) -> None:
         """Tell every connection to `remote_address` that its route changed."""
