@@ -99,8 +99,6 @@ def test_slow_body_on_send_times_out_while_others_are_served(cluster) -> None:
     assert b.recv(0)[0] == 204, "a partial body must never be delivered"
 
 
-@pytest.mark.xfail(strict=True, reason="aiohttp has no timeout for unfinished request headers; "
-                   "the AppRunner in axl/node/node.py needs one (see docs/security.md)")
 def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
     a, _ = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
