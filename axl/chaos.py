@@ -282,7 +282,8 @@ class Flow:
 
     @property
     def acknowledged(self) -> set[int]:
-        return {seq for seq, status in self.statuses.items() if status == 200}
+        # A copy first: sender threads keep adding statuses while a report reads them.
+        return {seq for seq, status in list(self.statuses.items()) if status == 200}
 
 
 @dataclass
