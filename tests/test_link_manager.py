@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import logging
 import random
 import ssl
@@ -105,6 +106,9 @@ async def test_handshake_and_frames_both_ways(managers, scheme: str) -> None:
     assert inbound.remote_key == ID_B.public_key and inbound.inbound
     assert outbound.priority == inbound.priority == 5
     assert inbound.link_id != outbound.link_id
+    for link in (outbound, inbound):  # kernel keepalive catches a wire that dies silently
+        sock = link._connection._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
     outbound.send_frame(encode_frame(FrameType.SIGREQ, b"\x01\x02"))
     inbound.send_traffic(encode_frame(FrameType.TRAFFIC, b"payload"), b"flow")
     inbound.send_frame(encode_frame(FrameType.DUMMY, b"ignored"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,7 @@ class Connection(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses; both fit.
         self._raw_transport = transport  # type: ignore[assignment]
         self.remote_addr = transport.get_extra_info("peername")
+        enable_tcp_keepalive(transport.get_extra_info("socket"))
         if self.inbound:
             self.uri_text = self.who
         self._handshake_timer = self._loop.call_later(
@@ -362,6 +364,28 @@ class Connection(asyncio.Protocol):
         for transport in (self._transport, self._raw_transport):
             if transport is not None:
                 transport.abort()
+
+
+# Kernel liveness on link sockets: keepalive probes after 10 s of silence (3,
+# 3 s apart), and at most 20 s for written bytes to go unacknowledged.
+# Ironwood's own deadline is armed only by frames other than keepalives, so a
+# node that last wrote just a keepalive (a child whose parent's wire went
+# dead) would otherwise keep a dead link, and the tree would route into it,
+# until its 4-minute refresh. Both are TCP's, invisible to ironwood.
+KEEPALIVE_OPTIONS = (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 3), ("TCP_KEEPCNT", 3),
+                     ("TCP_USER_TIMEOUT", 20_000))
+
+
+def enable_tcp_keepalive(sock: Any) -> None:
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in KEEPALIVE_OPTIONS:
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    except OSError as exc:
+        logging.getLogger("axl.link").debug("TCP keepalive not enabled: %s", exc)
 
 
 def _format_addr(addr: tuple[Any, ...]) -> str:
