@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from axl.adapters.envelopes import (
+    RawValue,
     encode_a2a_request,
     encode_mcp_request,
     parse_json,
@@ -113,6 +114,15 @@ async def _read_body(request: web.Request, settings: AgentBridgeSettings) -> byt
         raise _BodyRefused(web.Response(status=408, text=f"{exc}\n")) from None
 
 
+async def _read_json(request: web.Request, settings: AgentBridgeSettings, invalid: str) -> RawValue:
+    """The body as one JSON document; 400 with `invalid` when it is not one."""
+    raw = await _read_body(request, settings)
+    try:
+        return parse_json(raw)
+    except DecodeError:
+        raise web.HTTPBadRequest(text=f"{invalid}\n") from None
+
+
 def _json_response(body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
@@ -134,13 +144,9 @@ class _McpRoutes:
         service = request.match_info["service"]
         key = _peer_key(peer)
         try:
-            raw = await _read_body(request, self.settings)
+            message = await _read_json(request, self.settings, "invalid JSON-RPC body")
         except _BodyRefused as refused:
             return await answer_and_close(request, refused.response)
-        try:
-            message = parse_json(raw)
-        except DecodeError:
-            raise web.HTTPBadRequest(text="invalid JSON-RPC body\n") from None
         body = message.value
         if not isinstance(body, dict):
             raise web.HTTPBadRequest(text="body must be one JSON-RPC object\n")
@@ -279,13 +285,9 @@ class _A2aRoutes:
     async def post(self, request: web.Request) -> web.StreamResponse:
         key = _peer_key(request.match_info["peer_id"])
         try:
-            raw = await _read_body(request, self.settings)
+            message = await _read_json(request, self.settings, "invalid JSON body")
         except _BodyRefused as refused:
             return await answer_and_close(request, refused.response)
-        try:
-            message = parse_json(raw)
-        except DecodeError:
-            raise web.HTTPBadRequest(text="invalid JSON body\n") from None
         version = request.headers.get(A2A_VERSION_HEADER) or a2a_version_for(message.value)
         headers = {A2A_VERSION_HEADER: version} if version else {}
         try:
