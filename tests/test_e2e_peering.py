@@ -1,7 +1,6 @@
 """Real axl-node processes: peerings come up, go down and come back."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time

@@ -5,7 +5,6 @@ import socket
 import threading
 import time
 
-import pytest
 
 from nodes import Cluster, free_port, wait_until
 

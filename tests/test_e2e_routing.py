@@ -24,7 +24,7 @@ def line4(tmp_path):
     a = cluster.add("a")
     b = cluster.add("b", peers=[a])
     c = cluster.add("c", peers=[b])
-    d = cluster.add("d", peers=[c])
+    cluster.add("d", peers=[c])
     cluster.start_all()
     yield cluster
     cluster.stop_all()

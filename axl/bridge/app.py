@@ -43,8 +43,6 @@ class BridgeNode(Protocol):
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
 
-    async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
-
 
 STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
     (MessageTooLarge, 413),
