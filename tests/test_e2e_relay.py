@@ -5,7 +5,6 @@ import socket
 import threading
 import time
 
-
 from nodes import Cluster, free_port, wait_until
 
 
