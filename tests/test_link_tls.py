@@ -20,7 +20,7 @@ IDENTITY = NodeIdentity.from_seed(bytes(range(32)))
 
 def test_certificate_fields_match_yggdrasil() -> None:
     now = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-    cert = make_certificate(IDENTITY, now)
+    cert = x509.load_der_x509_certificate(make_certificate(IDENTITY, now))
     cn = IDENTITY.public_key.hex()
     assert cert.serial_number == 1
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == cn
@@ -37,6 +37,35 @@ def test_certificate_fields_match_yggdrasil() -> None:
     assert public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) == IDENTITY.public_key
     public.verify(cert.signature, cert.tbs_certificate_bytes)
     assert len(cert.public_bytes(serialization.Encoding.DER)) == 384
+
+
+def reference_certificate(identity: NodeIdentity, now: datetime.datetime) -> bytes:
+    """The same certificate from cryptography's builder, as an independent encoder."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity.public_key.hex())])
+    usage = x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=True,
+        data_encipherment=False, key_agreement=False, key_cert_sign=False,
+        crl_sign=False, encipher_only=False, decipher_only=False,
+    )
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name)
+        .public_key(identity.private_key().public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc))
+        .add_extension(usage, critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(identity.private_key(), algorithm=None)
+        .public_bytes(serialization.Encoding.DER)
+    )
+
+
+def test_certificate_bytes_equal_an_independent_encoder() -> None:
+    for now in (datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+                datetime.datetime(2051, 6, 7, 8, 9, 10, tzinfo=datetime.timezone.utc)):
+        assert make_certificate(IDENTITY, now) == reference_certificate(IDENTITY, now)
 
 
 def test_contexts_follow_go_versions_and_verify_nothing() -> None:

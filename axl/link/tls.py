@@ -13,43 +13,63 @@ import ssl
 import tempfile
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from axl.identity import NodeIdentity
 
 NOT_AFTER = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc)
 
+# DER pieces of the fixed parts. Building the certificate by hand instead of
+# with `cryptography.x509` keeps that module (about 7 MB resident) out of
+# every node: the certificate never changes shape.
+OID_ED25519 = bytes.fromhex("06032b6570")
+OID_COMMON_NAME = bytes.fromhex("0603550403")
+VERSION_3 = bytes.fromhex("a003020102")
+SERIAL_1 = bytes.fromhex("020101")
+CRITICAL = bytes.fromhex("0101ff")
+# digitalSignature | keyEncipherment, as Go's template asks
+KEY_USAGE = bytes.fromhex("0603551d0f") + CRITICAL + bytes.fromhex("0404030205a0")
+EXT_KEY_USAGE_SERVER_AUTH = bytes.fromhex("0603551d25040c300a06082b06010505070301")
+BASIC_CONSTRAINTS_NOT_CA = bytes.fromhex("0603551d13") + CRITICAL + bytes.fromhex("04023000")
 
-def make_certificate(identity: NodeIdentity, now: datetime.datetime | None = None) -> x509.Certificate:
-    """Self-signed certificate with the fields Yggdrasil's own one carries."""
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity.public_key.hex())])
+
+def _der(tag: int, content: bytes) -> bytes:
+    """One DER TLV (definite length, short or long form)."""
+    size = len(content)
+    if size < 0x80:
+        return bytes((tag, size)) + content
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes((tag, 0x80 | len(length))) + length + content
+
+
+def _der_time(when: datetime.datetime) -> bytes:
+    """RFC 5280: UTCTime through 2049, GeneralizedTime from 2050."""
+    when = when.astimezone(datetime.timezone.utc)
+    if when.year < 2050:
+        return _der(0x17, when.strftime("%y%m%d%H%M%SZ").encode())
+    return _der(0x18, when.strftime("%Y%m%d%H%M%SZ").encode())
+
+
+def make_certificate(identity: NodeIdentity, now: datetime.datetime | None = None) -> bytes:
+    """Self-signed certificate (DER) with the fields Yggdrasil's own one carries."""
+    cn = identity.public_key.hex().encode()
+    name = _der(0x30, _der(0x31, _der(0x30, OID_COMMON_NAME + _der(0x0C, cn))))
     not_before = now or datetime.datetime.now(datetime.timezone.utc)
-    usage = x509.KeyUsage(
-        digital_signature=True, content_commitment=False, key_encipherment=True,
-        data_encipherment=False, key_agreement=False, key_cert_sign=False,
-        crl_sign=False, encipher_only=False, decipher_only=False,
-    )
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(identity.private_key().public_key())
-        .serial_number(1)
-        .not_valid_before(not_before)
-        .not_valid_after(NOT_AFTER)
-        .add_extension(usage, critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(identity.private_key(), algorithm=None)
-    )
+    algorithm = _der(0x30, OID_ED25519)
+    extensions = b"".join(_der(0x30, ext) for ext in (
+        KEY_USAGE, EXT_KEY_USAGE_SERVER_AUTH, BASIC_CONSTRAINTS_NOT_CA))
+    tbs = _der(0x30, b"".join((
+        VERSION_3, SERIAL_1, algorithm, name,
+        _der(0x30, _der_time(not_before) + _der_time(NOT_AFTER)),
+        name,
+        _der(0x30, algorithm + _der(0x03, b"\0" + identity.public_key)),
+        _der(0xA3, _der(0x30, extensions)),
+    )))
+    return _der(0x30, tbs + algorithm + _der(0x03, b"\0" + identity.sign(tbs)))
 
 
 def _load_chain(context: ssl.SSLContext, identity: NodeIdentity) -> None:
     """`ssl` only loads keys from files: write them into a private
     directory and remove it as soon as they are loaded."""
-    cert_pem = make_certificate(identity).public_bytes(serialization.Encoding.PEM)
+    cert_pem = ssl.DER_cert_to_PEM_cert(make_certificate(identity)).encode()
     with tempfile.TemporaryDirectory(prefix="axl-tls-") as tmp:
         os.chmod(tmp, 0o700)
         cert_path = Path(tmp) / "cert.pem"
