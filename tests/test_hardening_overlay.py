@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from axl.adapters.envelopes import encode_mcp_request
 from axl.chaos import BitFlipper, FrameReplayer, ProxyHub, Reorderer
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
@@ -170,3 +171,67 @@ def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) ->
         cluster.stop_all()
         hub.close()
 
+
+
+FLOOD_BYTES = 96 * 1024 * 1024
+ACCEPTED_BOUND = 16 * 1024 * 1024
+"""A receive buffer waiting to be read (4 MiB), another out of order, and what the
+reader took before its dispatch stalled: far below what the sender offers."""
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def _acknowledged_when_stalled(stream, offered: int) -> int:
+    """Bytes the receiver acknowledged once the sender stops making progress (or all were)."""
+    loop = asyncio.get_running_loop()
+    written = asyncio.ensure_future(stream.write(bytes(offered), loop.time() + 90))
+    last, since = -1, loop.time()
+    try:
+        while loop.time() < since + 3 and not written.done():
+            await asyncio.sleep(0.25)
+            acknowledged = stream.conn._send_base - stream.conn._iss - 1
+            if acknowledged != last:
+                last, since = acknowledged, loop.time()
+        return stream.conn._send_base - stream.conn._iss - 1
+    finally:
+        written.cancel()
+
+
+async def test_a_stalled_reader_pauses_the_sender_instead_of_buffering(tmp_path: Path) -> None:
+    """An MCP call held by a router that does not answer: the sender keeps pushing on that connection."""
+    router = StalledRouter()
+    cluster = Cluster(tmp_path)
+    target = cluster.add("target", extra={"router_addr": "http://127.0.0.1", "router_port": router.port})
+    cluster.start_all()
+    sender = Node(NodeConfig(peers=[target.listen_uri], api_port=free_port()), NodeIdentity.generate())
+    await sender.start()
+    try:
+        dest = bytes.fromhex(target.peer_id)
+        loop = asyncio.get_running_loop()
+        for _ in range(150):
+            if sender.links:
+                break
+            await asyncio.sleep(0.1)
+        envelope = encode_mcp_request("held", '{"jsonrpc":"2.0","id":1,"method":"ping"}', None)
+        stream, rest = await sender.transport._open(dest, loop.time() + 30, envelope, last=False)
+        assert not rest
+        for _ in range(150):
+            if router.arrived:
+                break
+            await asyncio.sleep(0.1)
+        assert router.arrived == 1, "the MCP request must be held at the router"
+        rss_before = _rss(target.process.pid)
+        acknowledged = await _acknowledged_when_stalled(stream, FLOOD_BYTES)
+        assert acknowledged < ACCEPTED_BOUND, f"the receiver took {acknowledged} bytes while stalled"
+        assert _rss(target.process.pid) - rss_before < ACCEPTED_BOUND * 2
+        assert stream.conn._snd_wnd == 0, "the receiver advertises a closed window"
+        stream.abort()
+    finally:
+        await sender.stop()
+        cluster.stop_all()
+        router.close()

@@ -237,3 +237,65 @@ def test_path_change_cuts_a_backed_off_retransmission_short():
     assert client.get_timer() == now + 0.1
     client.handle_timer(now + 0.1)
     assert client.packets_to_send(now + 0.1), "the head is retransmitted at once"
+
+
+def _exchange(sender: TcpConnection, receiver: TcpConnection, now: float) -> list[TcpSegment]:
+    """Deliver everything `sender` has due to `receiver`; return what the receiver answers."""
+    for segment in sender.segments_to_send(now):
+        receiver.receive_segment(segment, now)
+    return receiver.segments_to_send(now)
+
+
+def test_unconsumed_data_closes_the_window_and_consuming_reopens_it() -> None:
+    buffer = 16384
+    client, server = _handshake(TcpConfig(mss=1220, recv_buffer_size=buffer, hold_until_consumed=True))
+    _events(server)
+    client.send(b"x" * 4 * buffer)
+    now, windows = 1.0, []
+    for _ in range(20):
+        for segment in _exchange(client, server, now):
+            windows.append(segment.window)
+            client.receive_segment(segment, now)
+        now += 0.01
+    delivered = sum(len(e.data) for e in _events(server) if isinstance(e, DataReceived))
+    assert delivered == server.unconsumed == buffer
+    assert windows[-1] == 0 and client.unacknowledged == 3 * buffer
+    server.consumed(buffer // 2)
+    [update] = server.segments_to_send(now)
+    assert update.flags == ACK and update.window << client._snd_wscale >= buffer // 2
+    client.receive_segment(update, now)
+    for step in range(1, 4):
+        for segment in _exchange(client, server, now + step / 100):
+            client.receive_segment(segment, now + step / 100)
+    assert sum(len(e.data) for e in _events(server) if isinstance(e, DataReceived)) >= buffer // 2
+
+
+def test_a_reader_that_consumes_promptly_keeps_the_window_open() -> None:
+    client, server = _handshake(TcpConfig(mss=1220, recv_buffer_size=16384, hold_until_consumed=True))
+    _events(server)
+    client.send(b"y" * 100_000)
+    now, delivered = 1.0, 0
+    while delivered < 100_000:
+        assert now < 10.0, "the transfer stalled"
+        for segment in _exchange(client, server, now):
+            client.receive_segment(segment, now)
+        chunks = [e.data for e in _events(server) if isinstance(e, DataReceived)]
+        server.consumed(sum(map(len, chunks)))
+        delivered += sum(map(len, chunks))
+        for segment in server.segments_to_send(now):
+            client.receive_segment(segment, now)
+        now += 0.01
+    assert server.unconsumed == 0
+
+
+@pytest.mark.parametrize("offered", [1, 63, 536, None])
+def test_a_tiny_peer_mss_is_raised_to_the_ipv6_minimum(offered: int | None) -> None:
+    syn = TcpSegment(40000, 7000, 5, 0, SYN, 65535, mss=offered)
+    conn = TcpConnection(7000, PROBE, 40000, iss=9, config=TcpConfig())
+    conn.open_passive(syn)
+    conn.segments_to_send(0.0)
+    conn.receive_segment(TcpSegment(40000, 7000, 6, 10, ACK, 65535), 0.01)
+    conn.send(b"z" * 5000)
+    data = [s for s in conn.segments_to_send(0.02) if s.payload]
+    assert conn.send_mss == 1220
+    assert [len(s.payload) for s in data] == [1220, 1220, 1220, 1220, 120]

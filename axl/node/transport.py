@@ -26,7 +26,7 @@ from axl.errors import (
 )
 from axl.identity import address_for_key, key_for_address_bytes
 from axl.tcp import events as tcp_events
-from axl.tcp.connection import TcpConnection
+from axl.tcp.connection import TcpConfig, TcpConnection
 from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
 from axl.tcp.stack import TcpStack
 
@@ -102,9 +102,17 @@ class OverlayStream:
                 await asyncio.wait_for(self.writable.wait(), max(0.0, deadline - loop.time()))
 
     def take_received(self) -> list[bytes]:
-        """The chunks that arrived since the last call, uncopied."""
+        """The chunks that arrived since the last call, uncopied.
+
+        Only taking them reopens the receive window: while the reader is busy
+        (an inbound MCP call can take a minute) the sender is paused once a
+        receive buffer of data waits here, instead of filling our memory.
+        """
         chunks, self.received = self.received, []
         self.readable.clear()
+        if chunks:
+            self.conn.consumed(sum(map(len, chunks)))
+            self.transport.flush()
         return chunks
 
     def close(self) -> None:
@@ -127,7 +135,7 @@ class Transport:
         # itself), so re-checking the TCP checksum on receive would only
         # cost time. Outgoing checksums are always computed: Go peers check.
         self.stack = TcpStack(node.identity.address, max_connections=config.max_concurrent_conns,
-                              verify_checksums=False)
+                              config=TcpConfig(hold_until_consumed=True), verify_checksums=False)
         self.streams: dict[TcpConnection, OverlayStream] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None

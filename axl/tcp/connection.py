@@ -37,7 +37,11 @@ _HALF_SEQ = 1 << 31
 MAX_WINDOW_FIELD = 0xFFFF
 
 IPV6_DEFAULT_MSS = 1220
-"""MSS toward a 1280-byte MTU (the Go node's); also what a SYN without the option implies."""
+"""MSS toward a 1280-byte MTU (the Go node's); also what a SYN without the option implies.
+
+It is also the floor for a peer's MSS option: IPv6 guarantees a 1280-byte
+MTU on every path, so a smaller MSS buys nothing and an MSS of 1 would turn
+every byte into its own sealed, routed packet."""
 
 MAX_MSS = 65535 - 40 - 20
 """The largest payload of one segment in a 65535-byte IPv6 packet (the core MTU)."""
@@ -84,6 +88,12 @@ class TcpConfig:
     handshake, and each SYN retry re-triggers both, so frequent retries
     connect sooner after a lost lookup, while an offline peer still answers
     an HTTP request within 10 s.
+
+    With `hold_until_consumed`, bytes handed over in DataReceived keep
+    occupying the receive buffer until the application reports them with
+    `consumed(n)`: the advertised window then bounds everything the
+    application has not processed yet, not only what TCP still holds, so a
+    sender facing a busy reader is paused instead of filling its memory.
     """
 
     mss: int = MAX_MSS
@@ -99,6 +109,7 @@ class TcpConfig:
     dupack_threshold: int = 3
     max_persist_interval: float = 5.0
     offer_window_scale: bool = True
+    hold_until_consumed: bool = False
 
 
 def unwrap_seq(value: int, reference: int) -> int:
@@ -160,6 +171,7 @@ class TcpConnection:
         self._rcv_nxt = 0
         self._rcv_adv = 0
         self._recv_buf = bytearray()
+        self._unconsumed = 0
         self._ooo_heap: list[int] = []
         self._ooo: dict[int, bytes] = {}
         self._ooo_bytes = 0
@@ -210,7 +222,7 @@ class TcpConnection:
     def _take_peer_syn(self, syn: TcpSegment) -> None:
         irs = syn.seq
         self._rcv_nxt = irs + 1
-        self._peer_mss = syn.mss if syn.mss else IPV6_DEFAULT_MSS
+        self._peer_mss = max(syn.mss or 0, IPV6_DEFAULT_MSS)
         self._window_scaling = syn.window_scale is not None
         if self._window_scaling:
             self._snd_wscale = syn.window_scale
@@ -309,6 +321,17 @@ class TcpConnection:
         self._deliver()
         self._after_drain()
         return data
+
+    def consumed(self, nbytes: int) -> None:
+        """The application processed `nbytes` delivered bytes (with hold_until_consumed)."""
+        self._touch()
+        self._unconsumed = max(0, self._unconsumed - nbytes)
+        self._after_drain()
+
+    @property
+    def unconsumed(self) -> int:
+        """Delivered bytes the application has not reported consumed yet."""
+        return self._unconsumed
 
     def _touch(self) -> None:
         if self._touched is not None:
@@ -588,6 +611,8 @@ class TcpConnection:
         """Hand over data, then end-of-stream, then Closed, strictly in that order."""
         if self._reading and self._recv_buf:
             self._emit(DataReceived(self, bytes(self._recv_buf)))
+            if self.config.hold_until_consumed:
+                self._unconsumed += len(self._recv_buf)
             self._recv_buf.clear()
         if self._recv_buf:
             return
@@ -605,7 +630,8 @@ class TcpConnection:
         return max(0, self._rcv_adv - self._rcv_nxt, self._free_window())
 
     def _free_window(self) -> int:
-        free = max(0, self.config.recv_buffer_size - len(self._recv_buf))
+        held = len(self._recv_buf) + self._unconsumed
+        free = max(0, self.config.recv_buffer_size - held)
         return min(free >> self._rcv_wscale, MAX_WINDOW_FIELD) << self._rcv_wscale
 
     def _window_field(self) -> int:
@@ -618,8 +644,15 @@ class TcpConnection:
         return min(window, MAX_WINDOW_FIELD)
 
     def _after_drain(self) -> None:
-        """Tell the peer about reopened space once it is worth a segment."""
+        """Tell the peer about reopened space once it is worth a segment.
+
+        While the peer still holds more than half a buffer of window, the
+        news waits for the next ACK: a reader consuming as data arrives
+        would otherwise double the ACKs of a bulk transfer.
+        """
         if self.state not in _RECEIVING_STATES:
+            return
+        if self._rcv_adv - self._rcv_nxt > self.config.recv_buffer_size // 2:
             return
         threshold = min(self.config.recv_buffer_size // 2, self.advertised_mss)
         if self._rcv_nxt + self._free_window() >= self._rcv_adv + threshold:
