@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from axl.link.uri import PeerURI, URIError, parse_peer_uri
+from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
 
 KEY = "0787642c80824c490c246cf80b88ed44cdfd44ca92586962f551542f8144c019"
 
@@ -55,11 +55,16 @@ def test_canonical_form_drops_defaults() -> None:
 @pytest.mark.parametrize("text, message", [
     ("http://h:1", "unknown scheme"),
     ("h:1", "unknown scheme"),
-    ("quic://h:1", "unsupported scheme"),
-    ("ws://h:1", "unsupported scheme"),
-    ("wss://h:1", "unsupported scheme"),
-    ("unix:///tmp/s", "unsupported scheme"),
-    ("socks://proxy:1/h:2", "unsupported scheme"),
+    ("ftp://h:1", "unknown scheme"),
+    ("unix://relative/path", "need unix:///absolute/path"),
+    ("socks://proxy:1", "missing target host:port"),
+    ("socks://proxy:1/h", "missing target host:port"),
+    ("socks://proxy:1/h:99999", "missing target host:port"),
+    ("quic://h", "missing port"),
+    ("ws://:1/x", "missing host"),
+    ("tls://h:1?maxbackoff=10s", "at least 30s"),
+    ("tls://h:1?maxbackoff=5", "bad maxbackoff"),
+    ("tls://h:1?maxbackoff=1x", "bad maxbackoff"),
     ("tls://h", "missing port"),
     ("tls://:1", "missing host"),
     ("tls://h:99999", "bad URI"),
@@ -79,3 +84,46 @@ def test_bad_uris(text: str, message: str) -> None:
 
 def test_password_of_64_bytes_is_allowed() -> None:
     assert parse_peer_uri("tcp://h:1?password=" + "p" * 64).password == b"p" * 64
+
+
+@pytest.mark.parametrize("text", [
+    "quic://[::1]:9001?priority=2",
+    "ws://node.example:80/some/path?key=" + KEY,
+    "wss://node.example:443/ygg",
+    "unix:///run/ygg/link.sock?password=x",
+    "socks://user:pa%3Ass@proxy.example:1080/target.example:9001",
+    "sockstls://127.0.0.1:1080/[::1]:9001?sni=peer.example",
+    "tls://h:1?maxbackoff=90s",
+])
+def test_every_scheme_round_trips(text: str) -> None:
+    uri = parse_peer_uri(text)
+    assert parse_peer_uri(str(uri)) == uri
+
+
+def test_scheme_specific_parts() -> None:
+    unix = parse_peer_uri("unix:///run/ygg.sock")
+    assert (unix.path, unix.peer_key) == ("/run/ygg.sock", "unix:/run/ygg.sock")
+    socks = parse_peer_uri("socks://u:p@proxy:1080/example.invalid:29241")
+    assert (socks.host, socks.port, socks.target) == ("proxy", 1080, ("example.invalid", 29241))
+    assert (socks.proxy_user, socks.proxy_password) == ("u", "p")
+    assert parse_peer_uri("socks://proxy:1080/[::1]:7").target == ("::1", 7)
+    ws = parse_peer_uri("ws://127.0.0.1:29221/some/path?priority=3")
+    assert ws.request_target == "/some/path?priority=3"
+    assert parse_peer_uri("ws://h:1").request_target == "/"
+    assert parse_peer_uri("sockstls://proxy.example:1/t:2").server_name == "proxy.example"
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30s", 30), ("1m", 60), ("1h30m", 5400), ("2.5m", 150), ("4096s", 4096), ("1h0m1.5s", 3601.5),
+])
+def test_maxbackoff_is_a_go_duration(text: str, seconds: float) -> None:
+    assert parse_peer_uri(f"tcp://h:1?maxbackoff={text}").max_backoff == seconds
+
+
+@pytest.mark.parametrize("scheme, reason", [
+    ("wss", "reverse proxy"), ("socks", "SOCKS listener not supported"),
+])
+def test_listen_refuses_what_go_refuses(scheme: str, reason: str) -> None:
+    with pytest.raises(URIError, match=reason):
+        parse_listen_uri(f"{scheme}://h:1/t:2")
+    assert parse_listen_uri("ws://h:1").scheme == "ws"

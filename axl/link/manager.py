@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from axl.identity import NodeIdentity
 from axl.link.connection import Connection, Link, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.queue import DEFAULT_BYTE_CAP
-from axl.link.tls import client_context, server_context
+from axl.link.transports import Listener, dial, listen
 from axl.link.uri import PeerURI, URIError, parse_peer_uri
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
@@ -100,7 +100,7 @@ class LinkManager:
         self._backoff_min = backoff_min
         self._backoff_max = backoff_max
         self._rng = rng or random.Random()
-        self._servers: list[tuple[PeerURI, asyncio.Server]] = []
+        self._servers: list[tuple[PeerURI, Listener]] = []
         self._peers: dict[str, _Peer] = {}
         self._inbound: set[Connection] = set()
         self._stopping = False
@@ -109,15 +109,8 @@ class LinkManager:
 
     async def start(self, listen_uris: list[str | PeerURI]) -> None:
         """Bind every listener; a bind failure raises OSError to the caller."""
-        loop = asyncio.get_running_loop()
         for uri in map(_as_uri, listen_uris):
-            if uri.is_tls and self._settings.server_tls is None:
-                self._settings.server_tls = server_context(self._settings.identity)
-            server = await loop.create_server(
-                lambda uri=uri: self._accept(uri), uri.host, uri.port,
-                ssl=self._settings.server_tls if uri.is_tls else None,
-                ssl_handshake_timeout=self._settings.handshake_timeout if uri.is_tls else None,
-            )
+            server = await listen(uri, lambda uri=uri: self._accept(uri), self._settings)
             self._servers.append((uri, server))
             self.log.info("listening on %s", self._bound_uri(uri, server))
 
@@ -126,10 +119,8 @@ class LinkManager:
         return [self._bound_uri(uri, server) for uri, server in self._servers]
 
     @staticmethod
-    def _bound_uri(uri: PeerURI, server: asyncio.Server) -> PeerURI:
-        port = server.sockets[0].getsockname()[1] if server.sockets else uri.port
-        return PeerURI(uri.scheme, uri.host, port, uri.pinned_keys, uri.password,
-                       uri.priority, uri.sni)
+    def _bound_uri(uri: PeerURI, server: Listener) -> PeerURI:
+        return replace(uri, port=server.port or uri.port)
 
     def _accept(self, uri: PeerURI) -> Connection:
         connection = Connection(self._settings, uri, inbound=True)
@@ -142,21 +133,19 @@ class LinkManager:
     def add_peer(self, uri: str | PeerURI) -> PeerURI:
         """Dial `uri` now and keep it connected until removed or stopped.
 
-        Like Go, a second peer with the same host:port is refused.
+        Like Go, a second peer with the same address is refused.
         """
         peer_uri = _as_uri(uri)
-        if peer_uri.host_port in self._peers:
-            raise URIError(f"peer {peer_uri.host_port} is already configured")
-        if peer_uri.is_tls and self._settings.client_tls is None:
-            self._settings.client_tls = client_context(self._settings.identity)
+        if peer_uri.peer_key in self._peers:
+            raise URIError(f"peer {peer_uri.peer_key} is already configured")
         peer = _Peer(peer_uri)
-        self._peers[peer_uri.host_port] = peer
+        self._peers[peer_uri.peer_key] = peer
         peer.task = asyncio.get_running_loop().create_task(self._dial_forever(peer))
         return peer_uri
 
     def remove_peer(self, uri: str | PeerURI) -> None:
         """Stop dialing `uri` and close its link, if any."""
-        peer = self._peers.pop(_as_uri(uri).host_port, None)
+        peer = self._peers.pop(_as_uri(uri).peer_key, None)
         if peer is None:
             raise URIError(f"peer {uri} is not configured")
         if peer.task is not None:
@@ -165,30 +154,27 @@ class LinkManager:
             peer.connection.shutdown("peer removed")
 
     async def _dial_forever(self, peer: _Peer) -> None:
-        backoff = _Backoff(self._backoff_min, self._backoff_max, self._rng)
-        loop = asyncio.get_running_loop()
+        maximum = min(self._backoff_max, peer.uri.max_backoff or self._backoff_max)
+        backoff = _Backoff(self._backoff_min, maximum, self._rng)
         while not self._stopping:
-            if await self._dial_once(peer, loop):
+            if await self._dial_once(peer):
                 backoff.reset()
             delay = backoff.next_delay()
             self.log.debug("redialing %s in %.1fs", peer.uri, delay)
             await asyncio.sleep(delay)
 
-    async def _dial_once(self, peer: _Peer, loop: asyncio.AbstractEventLoop) -> bool:
+    async def _dial_once(self, peer: _Peer) -> bool:
         """One connection attempt; True if its handshake succeeded."""
         uri = peer.uri
         try:
-            _, connection = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: Connection(self._settings, uri, inbound=False), uri.host, uri.port,
-                    ssl=self._settings.client_tls if uri.is_tls else None,
-                    server_hostname=(uri.server_name or "") if uri.is_tls else None,
-                ),
+            connection = await asyncio.wait_for(
+                dial(uri, lambda: Connection(self._settings, uri, inbound=False), self._settings),
                 self._settings.handshake_timeout,
             )
         except OSError as exc:
             self.log.info("dial %s failed: %s", uri, exc or type(exc).__name__)
             return False
+        assert isinstance(connection, Connection)
         peer.connection = connection
         try:
             return await connection.done
@@ -204,22 +190,23 @@ class LinkManager:
 
     def peers_status(self) -> list[dict[str, Any]]:
         """One entry per configured peer (up or not) and per inbound link."""
-        status = [self._status(str(p.uri), False, p.connection, p.uri.priority)
+        status = [self._status(str(p.uri), False, p.connection, p.uri)
                   for p in self._peers.values()]
-        status += [self._status(c.uri_text, True, c, c.uri.priority)
+        status += [self._status(c.uri_text, True, c, c.uri)
                    for c in self._inbound if c.link is not None and not c.closed]
         return status
 
     @staticmethod
     def _status(uri: str, inbound: bool, connection: Connection | None,
-                priority: int) -> dict[str, Any]:
+                configured: PeerURI) -> dict[str, Any]:
         link = connection.link if connection is not None and not connection.closed else None
         return {
             "uri": uri,
+            "scheme": configured.scheme,
             "up": link is not None,
             "inbound": inbound,
             "public_key": link.remote_key.hex() if link else "",
-            "priority": link.priority if link else priority,
+            "priority": link.priority if link else configured.priority,
             "link": link,
         }
 

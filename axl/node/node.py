@@ -23,7 +23,7 @@ from axl.config import ConfigError, NodeConfig
 from axl.core import Core, DeliverIPv6, SendMessage
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
-from axl.link.uri import URIError, parse_peer_uri
+from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.inbox import Inbox
 from axl.node.transport import Transport
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
@@ -54,10 +54,11 @@ class InboundHandler(Protocol):
 
 def validate_config(config: NodeConfig) -> None:
     """Check what the config loader cannot: URIs, so bad ones stop start-up."""
-    for name, uris in (("Peers", config.peers), ("Listen", config.listen)):
+    for name, uris, parse in (("Peers", config.peers, parse_peer_uri),
+                              ("Listen", config.listen, parse_listen_uri)):
         for index, uri in enumerate(uris):
             try:
-                parse_peer_uri(uri)
+                parse(uri)
             except URIError as exc:
                 raise ConfigError(f"{name}[{index}]: {exc}") from None
 
@@ -229,7 +230,8 @@ class Node:
         peers = []
         for status in self.link_manager.peers_status():
             entry = {
-                "uri": status["uri"], "up": status["up"], "inbound": status["inbound"],
+                "uri": status["uri"], "scheme": status["scheme"],
+                "up": status["up"], "inbound": status["inbound"],
                 "public_key": status["public_key"], "root": "", "port": 0, "coords": [],
             }
             link = status.get("link")

@@ -1,0 +1,166 @@
+"""`quic://` links on aioquic.
+
+One bidirectional stream per QUIC connection carries the link byte stream:
+the dialer opens it (stream 0) and writes its meta at once, because a Go
+listener sends nothing until the stream has carried a byte. TLS 1.3 with
+the node's Ed25519 certificate, no ALPN (Go offers none and aborts on
+one), idle timeout 60 s and a PING every 20 s, as quic-go is set up in
+Yggdrasil. End of stream means link down; the connection is then closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import Any, Callable
+
+from aioquic.asyncio import QuicConnectionProtocol, connect, serve
+from aioquic.asyncio.server import QuicServer
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamDataReceived, StreamReset
+
+from axl.link.adapter import StreamTransport
+from axl.link.connection import LinkSettings
+from axl.link.tls import make_certificate
+from axl.link.uri import PeerURI
+
+IDLE_TIMEOUT = 60.0
+KEEPALIVE_PERIOD = 20.0
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+
+def _configuration(settings: LinkSettings, is_client: bool) -> QuicConfiguration:
+    identity = settings.identity
+    return QuicConfiguration(
+        is_client=is_client, alpn_protocols=None, idle_timeout=IDLE_TIMEOUT,
+        certificate=make_certificate(identity), private_key=identity.private_key(),
+        verify_mode=ssl.CERT_NONE,
+    )
+
+
+class _QuicLink(QuicConnectionProtocol):
+    """One QUIC connection carrying one link on its first bidirectional stream."""
+
+    def __init__(self, *args: Any, link_factory: ProtocolFactory | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._link_factory = link_factory
+        self._stream_id: int | None = None
+        self.link_transport: StreamTransport | None = None
+        self.closer: asyncio.Task[None] | None = None
+        self._keepalive = self._loop.call_later(KEEPALIVE_PERIOD, self._ping)
+
+    def open_link(self, stream_id: int, peername: Any) -> asyncio.Protocol:
+        """Attach a link protocol to `stream_id`; it writes its meta at once."""
+        assert self._link_factory is not None
+        self._stream_id = stream_id
+        protocol = self._link_factory()
+        self.link_transport = StreamTransport(_StreamCarrier(self, stream_id), protocol,
+                                              {"peername": peername})
+        return protocol
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, StreamDataReceived):
+            self._stream_data(event)
+        elif isinstance(event, StreamReset) and event.stream_id == self._stream_id:
+            self._lost(ConnectionError("QUIC stream reset by peer"))
+        elif isinstance(event, ConnectionTerminated):
+            reason = event.reason_phrase or f"error {event.error_code}"
+            self._lost(None if event.error_code == 0 else ConnectionError(f"QUIC closed: {reason}"))
+
+    def _stream_data(self, event: StreamDataReceived) -> None:
+        if self._stream_id is None and self._link_factory is not None and event.stream_id % 4 == 0:
+            self.open_link(event.stream_id, self._quic._network_paths[0].addr)
+        if event.stream_id != self._stream_id or self.link_transport is None:
+            return
+        self.link_transport.feed(event.data)
+        if event.end_stream:
+            self._lost(None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self._keepalive.cancel()
+        if self.link_transport is not None:
+            self.link_transport.carrier_closed(exc)
+            self.close()
+
+    def _ping(self) -> None:
+        self._quic.send_ping(0)
+        self.transmit()
+        self._keepalive = self._loop.call_later(KEEPALIVE_PERIOD, self._ping)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._keepalive.cancel()
+        super().connection_lost(exc)
+
+
+class _StreamCarrier:
+    def __init__(self, link: _QuicLink, stream_id: int) -> None:
+        self._link = link
+        self._stream_id = stream_id
+
+    async def send(self, data: bytes) -> None:
+        self._link._quic.send_stream_data(self._stream_id, data)
+        self._link.transmit()
+
+    async def finish(self) -> None:
+        self._link._quic.send_stream_data(self._stream_id, b"", end_stream=True)
+        self._link.close()
+
+    def abort(self) -> None:
+        self._link.close()
+
+
+# --- dialing -----------------------------------------------------------------------
+
+async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> asyncio.Protocol:
+    """Connect, open stream 0 and start the link on it."""
+    stack = contextlib.AsyncExitStack()
+    configuration = _configuration(settings, is_client=True)
+    configuration.server_name = uri.server_name or uri.host
+    try:
+        quic = await stack.enter_async_context(connect(
+            uri.host, uri.port, configuration=configuration,
+            create_protocol=lambda *a, **k: _QuicLink(*a, link_factory=factory, **k)))
+    except (ConnectionError, OSError):
+        await stack.aclose()
+        raise
+    except Exception as exc:
+        await stack.aclose()
+        raise ConnectionError(f"QUIC handshake failed: {exc or type(exc).__name__}") from None
+    assert isinstance(quic, _QuicLink)
+    stream_id = quic._quic.get_next_available_stream_id()
+    protocol = quic.open_link(stream_id, (uri.host, uri.port))
+    quic.closer = asyncio.get_running_loop().create_task(_close_when_done(quic, stack))
+    return protocol
+
+
+async def _close_when_done(quic: _QuicLink, stack: contextlib.AsyncExitStack) -> None:
+    """Release the client's UDP socket once the connection has closed."""
+    await quic.wait_closed()
+    await stack.aclose()
+
+
+# --- listening -----------------------------------------------------------------------
+
+class QuicListener:
+    def __init__(self, server: QuicServer) -> None:
+        self._server = server
+
+    @property
+    def port(self) -> int:
+        return self._server._transport.get_extra_info("sockname")[1]
+
+    def close(self) -> None:
+        self._server.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+async def listen(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> QuicListener:
+    """Every connection's first client bidirectional stream becomes a link."""
+    server = await serve(
+        uri.host, uri.port, configuration=_configuration(settings, is_client=False),
+        create_protocol=lambda *a, **k: _QuicLink(*a, link_factory=factory, **k))
+    return QuicListener(server)

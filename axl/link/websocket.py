@@ -1,0 +1,170 @@
+"""`ws://` and `wss://` links on aiohttp.
+
+Yggdrasil runs the link byte stream over binary WebSocket messages with the
+mandatory subprotocol `ygg-ws`; message boundaries mean nothing, so every
+binary message is fed to the link as more bytes. A text message is an
+error. Listening is ws:// only (wss is meant for a TLS-terminating reverse
+proxy in front); `/health` and `/healthz` answer 200 "OK" for such proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import aiohttp
+import yarl
+from aiohttp import web
+
+from axl.link.adapter import StreamTransport
+from axl.link.connection import LinkSettings
+from axl.link.contexts import client_tls
+from axl.link.uri import PeerURI
+
+SUBPROTOCOL = "ygg-ws"
+POLICY_VIOLATION = 1008
+CLOSE_TIMEOUT = 1.0
+HEALTH_PATHS = ("/health", "/healthz")
+log = logging.getLogger("axl.link")
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+WebSocket = aiohttp.ClientWebSocketResponse | web.WebSocketResponse
+
+
+@dataclass
+class _WebSocketCarrier:
+    """The adapter's view of one WebSocket (either side)."""
+
+    ws: WebSocket
+    session: aiohttp.ClientSession | None = None
+    _closer: asyncio.Task[None] | None = field(default=None, init=False)
+
+    async def send(self, data: bytes) -> None:
+        await self.ws.send_bytes(data)
+
+    async def finish(self) -> None:
+        await self._close()
+
+    def abort(self) -> None:
+        if self._closer is None:
+            self._closer = asyncio.get_running_loop().create_task(self._close())
+
+    async def _close(self) -> None:
+        try:
+            await self.ws.close()
+        finally:
+            if self.session is not None:
+                await self.session.close()
+
+
+async def _pump(ws: WebSocket, transport: StreamTransport) -> None:
+    """Feed binary messages to the link until the socket closes."""
+    error: Exception | None = None
+    try:
+        async for message in ws:
+            if message.type is aiohttp.WSMsgType.BINARY:
+                transport.feed(message.data)
+            elif message.type is aiohttp.WSMsgType.TEXT:
+                error = ConnectionError("text message on a ygg-ws link")
+                break
+            elif message.type is aiohttp.WSMsgType.ERROR:
+                error = ConnectionError(f"websocket error: {ws.exception()}")
+                break
+    except Exception as exc:
+        error = exc
+    if error is not None:
+        transport.abort()
+    transport.carrier_closed(error)
+
+
+# --- dialing ---------------------------------------------------------------------
+
+async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> asyncio.Protocol:
+    """Open the WebSocket with the URI's path and query, offering `ygg-ws`.
+    wss verifies no certificate (the meta handshake authenticates) and
+    sends the URI's host as SNI."""
+    secure = uri.scheme == "wss"
+    url = yarl.URL(f"{uri.scheme}://{uri.host_port}{uri.request_target}", encoded=True)
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+    try:
+        ws = await session.ws_connect(
+            url, protocols=(SUBPROTOCOL,), max_msg_size=0, compress=0, autoping=True,
+            timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT),
+            ssl=client_tls(settings) if secure else True,
+            server_hostname=uri.host if secure else None,
+        )
+    except (aiohttp.ClientError, ValueError) as exc:
+        await session.close()
+        raise ConnectionError(f"websocket: {exc}") from None
+    except BaseException:
+        await session.close()
+        raise
+    if ws.protocol != SUBPROTOCOL:
+        await ws.close()
+        await session.close()
+        raise ConnectionError(f"websocket: server did not accept the {SUBPROTOCOL} subprotocol")
+    protocol = factory()
+    transport = StreamTransport(_WebSocketCarrier(ws, session), protocol,
+                                {"peername": (uri.host, uri.port)})
+    asyncio.get_running_loop().create_task(_pump(ws, transport))
+    return protocol
+
+
+# --- listening --------------------------------------------------------------------
+
+def _origin_ok(request: web.Request) -> bool:
+    """A browser's Origin, if any, must name the host it talks to."""
+    origin = request.headers.get("Origin")
+    return origin is None or yarl.URL(origin).host == yarl.URL(f"http://{request.host}").host
+
+
+@dataclass
+class WebSocketListener:
+    runner: web.AppRunner
+    port: int
+    _cleanup: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        if self._cleanup is None:
+            self._cleanup = asyncio.get_running_loop().create_task(self.runner.cleanup())
+
+    async def wait_closed(self) -> None:
+        if self._cleanup is not None:
+            await self._cleanup
+
+
+def _handler(factory: ProtocolFactory) -> Callable[[web.Request], Any]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.path in HEALTH_PATHS:
+            return web.Response(text="OK")
+        if not _origin_ok(request):
+            return web.Response(status=403, text="origin does not match host")
+        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=0, compress=False,
+                                   timeout=CLOSE_TIMEOUT)
+        await ws.prepare(request)
+        if ws.ws_protocol != SUBPROTOCOL:
+            await ws.close(code=POLICY_VIOLATION,
+                           message=b"client must speak the ygg-ws subprotocol")
+            return ws
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        transport = StreamTransport(_WebSocketCarrier(ws), factory(), {"peername": peer})
+        await _pump(ws, transport)
+        return ws
+    return handle
+
+
+async def listen(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> WebSocketListener:
+    """Serve any path: WebSocket upgrades become links."""
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", _handler(factory))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, uri.host, uri.port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return WebSocketListener(runner, runner.addresses[0][1])

@@ -1,0 +1,98 @@
+"""Transport details below the link handshake: SOCKS5 bytes against the Go
+capture, unix socket files, and the WebSocket listener's plain answers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import aiohttp
+import pytest
+
+import vectors
+from axl.identity import NodeIdentity
+from axl.link import socks
+from axl.link.connection import LinkSettings
+from axl.link.transports import listen
+from axl.link.uri import URIError, parse_peer_uri
+
+
+def _exchange(case: str) -> dict[str, bytes]:
+    steps = vectors.load("links")["socks_dialer"][case]["exchange"]
+    return {step["what"].split(" (")[0]: bytes.fromhex(step["hex"])
+            for step in steps if step["dir"] == "client->proxy"}
+
+
+def test_socks_bytes_match_the_go_dialer_with_auth() -> None:
+    sent = _exchange("with_auth")
+    uri = parse_peer_uri("socks://user:pass@127.0.0.1:29231/127.0.0.1:29241")
+    assert socks.greeting(bool(uri.proxy_user)) == sent["greeting"]
+    assert socks.password_request(uri.proxy_user, uri.proxy_password) == sent["RFC1929 auth"]
+    assert socks.connect_request(*uri.target) == sent["CONNECT"]
+
+
+def test_socks_bytes_match_the_go_dialer_with_a_name() -> None:
+    sent = _exchange("without_auth_hostname_target")
+    uri = parse_peer_uri("socks://127.0.0.1:29231/example.invalid:29241")
+    assert socks.greeting(bool(uri.proxy_user)) == sent["greeting"]
+    assert socks.connect_request(*uri.target) == sent["CONNECT"]
+
+
+def test_socks_ipv6_target_is_type_4() -> None:
+    assert socks.connect_request("::1", 7) == b"\x05\x01\x00\x04" + bytes(15) + b"\x01\x00\x07"
+
+
+def test_socks_refusal_is_one_clear_error() -> None:
+    with pytest.raises(socks.SocksError, match="host unreachable"):
+        socks.reply_address_length(bytes.fromhex("05040001"), 0)
+    with pytest.raises(socks.SocksError, match="none of our authentication methods"):
+        socks.check_method(b"\x05\xff", offered_password=False)
+    with pytest.raises(socks.SocksError, match="not SOCKS5"):
+        socks.check_method(b"\x04\x00", offered_password=False)
+
+
+def _settings() -> LinkSettings:
+    return LinkSettings(identity=NodeIdentity.generate(), handler=None,  # type: ignore[arg-type]
+                        allowed_keys=frozenset(), logger=logging.getLogger("test"),
+                        handshake_timeout=6, keepalive_delay=1, peer_timeout=6,
+                        queue_byte_cap=1 << 20)
+
+
+async def test_unix_listener_refuses_a_stale_socket_and_removes_its_own(tmp_path) -> None:
+    path = str(tmp_path / "link.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()
+    with pytest.raises(OSError, match="already exists .a stale socket file"):
+        await listen(parse_peer_uri(f"unix://{path}"), asyncio.Protocol, _settings())
+    os.unlink(path)
+    listener = await listen(parse_peer_uri(f"unix://{path}"), asyncio.Protocol, _settings())
+    assert os.path.exists(path)
+    listener.close()
+    await listener.wait_closed()
+    assert not os.path.exists(path)
+
+
+async def test_listen_refuses_wss_with_gos_reason() -> None:
+    with pytest.raises(URIError, match="reverse proxy"):
+        await listen(parse_peer_uri("wss://127.0.0.1:0"), asyncio.Protocol, _settings())
+
+
+async def test_ws_listener_health_and_subprotocol() -> None:
+    listener = await listen(parse_peer_uri("ws://127.0.0.1:0"), asyncio.Protocol, _settings())
+    base = f"http://127.0.0.1:{listener.port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path in ("/health", "/healthz"):
+                async with http.get(base + path) as response:
+                    assert (response.status, await response.text()) == (200, "OK")
+            async with http.ws_connect(base + "/any/path") as ws:
+                message = await asyncio.wait_for(ws.receive(), 5)
+                assert message.type is aiohttp.WSMsgType.CLOSE
+                assert (message.data, message.extra) == (
+                    1008, "client must speak the ygg-ws subprotocol")
+    finally:
+        listener.close()
+        await listener.wait_closed()
