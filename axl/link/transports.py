@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
-from axl.link import quic, websocket
+from axl.link import websocket
 from axl.link.connection import LinkSettings
 from axl.link.contexts import client_tls, server_tls
 from axl.link.socks import open_tunnel
@@ -118,17 +118,27 @@ async def _listen_unix(uri: PeerURI, factory: ProtocolFactory, settings: LinkSet
     return SocketListener(server, uri.path)
 
 
+async def _dial_quic(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> asyncio.Protocol:
+    from axl.link import quic  # aioquic and x509 load only for quic:// links
+    return await quic.dial(uri, factory, settings)
+
+
+async def _listen_quic(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> Listener:
+    from axl.link import quic
+    return await quic.listen(uri, factory, settings)
+
+
 Dialer = Callable[[PeerURI, ProtocolFactory, LinkSettings], Awaitable[asyncio.Protocol]]
 ListenerFactory = Callable[[PeerURI, ProtocolFactory, LinkSettings], Awaitable[Listener]]
 
 DIALERS: dict[str, Dialer] = {
     "tcp": _dial_tcp, "tls": _dial_tcp, "unix": _dial_unix,
     "socks": _dial_socks, "sockstls": _dial_socks,
-    "ws": websocket.dial, "wss": websocket.dial, "quic": quic.dial,
+    "ws": websocket.dial, "wss": websocket.dial, "quic": _dial_quic,
 }
 LISTENERS: dict[str, ListenerFactory] = {
     "tcp": _listen_tcp, "tls": _listen_tcp, "unix": _listen_unix,
-    "ws": websocket.listen, "quic": quic.listen,
+    "ws": websocket.listen, "quic": _listen_quic,
 }
 
 
