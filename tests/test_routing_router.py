@@ -295,3 +295,44 @@ def test_an_answer_that_would_outgrow_the_frame_limit_is_dropped_not_sent():
     actions = target.router.handle_frame(link_id, TYPE_PATH_LOOKUP, huge.encode(), net.now)
     assert all(len(split_frame(a.frame)[1]) + 1 <= 131070 for a in actions if hasattr(a, "frame"))
     assert target.router.oversized_dropped >= 1
+
+
+def _pump(routers: dict[int, Router], link_of: dict[int, int], actions: list, now: float,
+           silent: frozenset[int] = frozenset()) -> None:
+    """Deliver frames between routers keyed by their index; link ids equal the peer's index."""
+    queue = list(actions)
+    while queue:
+        sender, action = queue.pop(0)
+        if sender in silent or not isinstance(action, (SendFrame, SendTraffic)):
+            continue
+        receiver = action.link_id
+        ftype, body = split_frame(action.frame)
+        queue += [(receiver, a) for a in routers[receiver].handle_frame(link_of[receiver], ftype, body, now)]
+
+
+def test_timers_follow_now_while_the_wall_clock_steps_back():
+    """Driven as the node drives it: monotonic `now`, Unix time only through wall_clock."""
+    wall = [NOW]
+    a_id, b_id = _identity("wall-a"), _identity("wall-b")
+    routers = {0: Router(a_id, now=0.0, wall_clock=lambda: wall[0]),
+               1: Router(b_id, now=0.0, wall_clock=lambda: wall[0])}
+    link_of = {0: 1, 1: 0}
+    _pump(routers, link_of, [(0, x) for x in routers[0].add_link(1, b_id.public_key, 0, 0.0)]
+          + [(1, x) for x in routers[1].add_link(0, a_id.public_key, 0, 0.0)], 0.0)
+    for second in range(1, 6):
+        for index, router in routers.items():
+            _pump(routers, link_of, [(index, x) for x in router.tick(float(second))], float(second))
+    a = routers[0]
+    assert b_id.public_key in a.infos
+    own_seq = a.infos[a.key].seq
+    wall[0] = NOW - 3600
+    refreshed_at = expired_at = None
+    for second in range(6, 320):
+        _pump(routers, link_of, [(0, x) for x in a.tick(float(second))], float(second),
+              silent=frozenset({1}))
+        if refreshed_at is None and a.infos[a.key].seq > own_seq:
+            refreshed_at = second
+        if expired_at is None and b_id.public_key not in a.infos:
+            expired_at = second
+    assert refreshed_at is not None and refreshed_at <= 5 + 240 + 2, "own info re-signed every 4 minutes"
+    assert expired_at is not None and expired_at <= 5 + ROUTER_TIMEOUT + 2, "a silent peer's info expires"

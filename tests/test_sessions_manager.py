@@ -248,3 +248,17 @@ def test_garbage_never_raises(seed):
             assert isinstance(action, SendPacket)
     overlong = bytes([TYPE_TRAFFIC]) + b"\xff" * 60
     assert b.receive(key(a), overlong, T0 + 1) == []
+
+
+def test_handshake_seqs_read_the_wall_clock_and_expiry_the_monotonic_one():
+    """The node drives sessions with a monotonic `now`; a wall clock stepped back an hour changes only seqs."""
+    wall = [T0]
+    a, b, net = pair(wall_clock=lambda: wall[0])
+    [init] = a.send(key(b), b"hello", 5.0)
+    assert open_handshake(init.packet, key(a), b._curve_private).seq == int(T0)
+    net.run(key(a), [init], 5.0)
+    assert net.messages_at(key(b)) == [b"hello"]
+    wall[0] = T0 - 3600
+    assert a.tick(5.0 + 59) == [] and a.session_keys() == [key(b)]
+    a.tick(5.0 + 61)
+    assert a.session_keys() == [], "the session expires on the monotonic clock"

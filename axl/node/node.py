@@ -70,9 +70,10 @@ class Node:
         self.identity = identity
         self.key_origin = key_origin
         self.max_message_size = config.max_message_size
-        now = time.time()
-        self.router = Router(identity, now=now)
-        self.sessions = SessionManager(identity)
+        # Monotonic time drives every timer and duration below; Unix time
+        # is read only to mint the sequence numbers the wire carries.
+        self.router = Router(identity, now=time.monotonic(), wall_clock=time.time)
+        self.sessions = SessionManager(identity, wall_clock=time.time)
         self.core = Core(
             identity,
             nodeinfo={"buildname": "axl-py", "buildversion": "0.1.0"},
@@ -123,7 +124,7 @@ class Node:
             self._dispatching = False
 
     def _dispatch(self, action: Any) -> None:
-        now = time.time()
+        now = time.monotonic()
         match action:
             case SendFrame(link_id=link_id, frame=frame):
                 link = self.links.get(link_id)
@@ -160,20 +161,20 @@ class Node:
 
     def send_ipv6(self, packet: bytes) -> None:
         """Entry point for the TCP stack's outgoing packets."""
-        self.apply(self.device.write(packet, time.time()))
+        self.apply(self.device.write(packet, time.monotonic()))
 
     # -- link handler (called by the LinkManager) ------------------------
 
     def link_up(self, link: Link) -> None:
         self.links[link.link_id] = link
-        self.apply(self.router.add_link(link.link_id, link.remote_key, link.priority, time.time()))
+        self.apply(self.router.add_link(link.link_id, link.remote_key, link.priority, time.monotonic()))
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
-        self.apply(self.router.handle_frame(link.link_id, ftype, body, time.time()))
+        self.apply(self.router.handle_frame(link.link_id, ftype, body, time.monotonic()))
 
     def link_down(self, link: Link, reason: str) -> None:
         if self.links.pop(link.link_id, None) is not None:
-            self.apply(self.router.remove_link(link.link_id, time.time()))
+            self.apply(self.router.remove_link(link.link_id, time.monotonic()))
 
     def _connected_peer_keys(self) -> list[bytes]:
         return [link.remote_key for link in self.links.values()]
@@ -183,7 +184,7 @@ class Node:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL)
-            now = time.time()
+            now = time.monotonic()
             try:
                 self.apply(self.router.tick(now))
                 self.apply(self.sessions.tick(now))

@@ -8,14 +8,19 @@ acceptance. The structure below therefore follows ironwood's router closely;
 what Go leaves to map order is made deterministic here (insertion order).
 
 Nothing in this module does I/O or reads a clock: every entry point takes
-`now` (wall-clock seconds; PathNotify seqs are `int(now)`) and returns the
-list of actions the driver must carry out.
+`now` and returns the list of actions the driver must carry out. `now` measures
+every duration and timer, so a node passes a monotonic clock (a wall clock
+stepping back would stall refresh and expiry). Only PathNotify seqs are Unix
+seconds on the wire (ironwood signs `time.Now().Unix()`); they come from the
+injected `wall_clock`, or from `now` when the driver has a single virtual
+clock (the simulator, unit tests).
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from axl.identity import NodeIdentity, bloom_transform, verify
@@ -157,8 +162,10 @@ class _Rumor:
 class Router:
     """One node's routing state. Drive it with add_link/remove_link/handle_frame/tick/send."""
 
-    def __init__(self, identity: NodeIdentity, *, now: float, rng: random.Random | None = None):
+    def __init__(self, identity: NodeIdentity, *, now: float, rng: random.Random | None = None,
+                 wall_clock: Callable[[], float] | None = None):
         self.identity = identity
+        self._wall_clock = wall_clock
         self.key = identity.public_key
         self._xform = bloom_transform(self.key)
         self._xform_mask = key_mask(self._xform)
@@ -692,7 +699,8 @@ class Router:
                 self._send_queued(peer.best_link(), TYPE_PATH_LOOKUP, body, lookup.dest, lookup.source)
         if xdest != self._xform:
             return
-        seq, path = int(self._now), self.coords()
+        seq = int(self._wall_clock() if self._wall_clock is not None else self._now)
+        path = self.coords()
         if (seq, path) != (self._notify_seq, self._notify_path):
             self._notify_seq, self._notify_path = seq, path
             self._notify_sig = self.identity.sign(notify_info_bytes(seq, path))

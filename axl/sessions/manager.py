@@ -17,12 +17,18 @@ Memory is bounded: at most `max_sessions` sessions (default 4096, a few KiB
 each) and `max_buffers` send buffers (default 256, one packet each, so at
 most 16 MiB of 64 KiB packets) are kept; the least recently used is evicted
 when a new one is needed.
+
+`now` measures expiry and the ratchet interval, so a node passes a
+monotonic clock. Handshake seqs are Unix seconds on the wire (as Go's); they
+come from the injected `wall_clock`, or from `now` when the driver has one
+virtual clock (the simulator, unit tests).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from axl.identity import NodeIdentity
@@ -127,8 +133,10 @@ class SessionManager:
 
     def __init__(self, identity: NodeIdentity, *, key_pairs: KeyPairFactory = random_key_pair,
                  max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 max_buffers: int = DEFAULT_MAX_BUFFERS) -> None:
+                 max_buffers: int = DEFAULT_MAX_BUFFERS,
+                 wall_clock: Callable[[], float] | None = None) -> None:
         self.identity = identity
+        self._wall_clock = wall_clock
         self._new_keys = key_pairs
         self._curve_private = curve_private_key(identity.seed, identity.public_key)
         self._sessions: OrderedDict[bytes, _Session] = OrderedDict()
@@ -210,16 +218,19 @@ class SessionManager:
             return []
         return [SendPacket(dest, packet)]
 
+    def _handshake_seq(self, now: float) -> int:
+        return int(self._wall_clock() if self._wall_clock is not None else now)
+
     def _own_handshake(self, session: _Session, now: float) -> Handshake:
         return Handshake(current=session.send.public, next=session.next_own.public,
-                         key_seq=session.local_key_seq, seq=int(now))
+                         key_seq=session.local_key_seq, seq=self._handshake_seq(now))
 
     def _buffer_and_init(self, dest: bytes, message: bytes, now: float) -> list[Action]:
         buffer = self._live_buffer(dest, now)
         if buffer is None:
             current, next_pair = self._new_keys(), self._new_keys()
             init = Handshake(current=current.public, next=next_pair.public, key_seq=0,
-                             seq=int(now))
+                             seq=self._handshake_seq(now))
             buffer = _Buffer(init=init, current=current, next=next_pair, data=message,
                              expires=now + SESSION_TIMEOUT)
             self._store_buffer(dest, buffer)
@@ -298,7 +309,7 @@ class SessionManager:
         session = self._live_session(remote, now)
         if session is None:
             throwaway = Handshake(current=self._new_keys().public, next=self._new_keys().public,
-                                  key_seq=0, seq=int(now))
+                                  key_seq=0, seq=self._handshake_seq(now))
             return self._send_handshake(TYPE_INIT, remote, throwaway)
         if len(packet) < TRAFFIC_OVERHEAD_MIN:
             self.dropped["short"] += 1
