@@ -1,47 +1,63 @@
-# Everyday tasks. `make install` once, then `make run` or `make testnet`.
+# Everyday tasks. `make install` once (it makes the project virtualenv .venv),
+# then `make run3` or `make testnet`. Every target runs the tools from .venv
+# (or from the virtualenv that is active), so nothing goes into the system Python.
 PYTHON ?= python3
+VENV ?= $(or $(VIRTUAL_ENV),.venv)
+# Extra arguments for `python3 -m venv` and `pip install` (e.g. offline installs).
+VENV_ARGS ?=
+PIP_ARGS ?=
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
 N ?= 5
 SHAPE ?= line
 DEGREE ?= 3
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
+CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
 .PHONY: install test test-all run run3 testnet bench bench-sim clean
 
 install:
-	$(PYTHON) -m pip install -e '.[test]'
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "make install: AXL needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) -V 2>&1)" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+		{ echo "make install: $(PYTHON) cannot make a virtualenv (no ensurepip); on Debian/Ubuntu run: apt-get install python3-venv" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	$(PY) -m pip install $(PIP_ARGS) -e '.[test]'
+	@echo "installed into $(VENV): $(BIN)/axl-node, $(BIN)/axl-testnet (or: . $(VENV)/bin/activate)"
 
-test:
-	$(PYTHON) -m pytest -q -m "not slow"
+# Every other target needs the virtualenv; say how to make it instead of failing obscurely.
+$(BIN)/axl-node:
+	@echo "make: $(VENV) is missing or incomplete; run 'make install' first" >&2; exit 1
 
-test-all:
-	$(PYTHON) -m pytest -q
+test: $(BIN)/axl-node
+	$(PY) -m pytest -q -m "not slow"
 
-configs/keys/%.pem:
+test-all: $(BIN)/axl-node
+	$(PY) -m pytest -q
+
+configs/keys/%.pem: | $(BIN)/axl-node
 	@mkdir -p configs/keys
-	axl-node genkey $@ >/dev/null
+	$(BIN)/axl-node genkey $@ >/dev/null
 
 # One node with the first config (listens on tls://127.0.0.1:9001, bridge on :9002).
 run: $(KEYS)
-	axl-node --config configs/node1.json
+	$(BIN)/axl-node --config configs/node1.json
 
-# The three configs of configs/ in one terminal; Ctrl-C stops all three.
+# The three configs of configs/ in one terminal, each log line prefixed with
+# the node's name; Ctrl-C stops all three.
 run3: $(KEYS)
-	@axl-node --config configs/node1.json & one=$$!; sleep 1; \
-	axl-node --config configs/node2.json & two=$$!; \
-	axl-node --config configs/node3.json & three=$$!; \
-	trap 'kill $$one $$two $$three 2>/dev/null' INT TERM; \
-	wait
+	$(BIN)/axl-testnet --run $(CONFIGS)
 
 # N nodes on loopback (SHAPE line|star|ring|random, DEGREE for random); the node
 # list goes to .axl-testnet/testnet.json, which every example reads.
-testnet:
-	axl-testnet -n $(N) --shape $(SHAPE) --degree $(DEGREE)
+testnet: $(BIN)/axl-node
+	$(BIN)/axl-testnet -n $(N) --shape $(SHAPE) --degree $(DEGREE)
 
-bench:
-	$(PYTHON) -m axl.bench
+bench: $(BIN)/axl-node
+	$(PY) -m axl.bench
 
-bench-sim:
-	$(PYTHON) -m axl.sim.bench
+bench-sim: $(BIN)/axl-node
+	$(PY) -m axl.sim.bench
 
 clean:
 	rm -rf .axl-testnet .pytest_cache build *.egg-info
@@ -51,17 +67,17 @@ clean:
 # Every decoder and state machine fed by the network, with 20,000 random and
 # mutated inputs each instead of the suite's 200 (FUZZ_EXAMPLES=... to change).
 FUZZ_EXAMPLES ?= 20000
-fuzz:
-	AXL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTHON) -m pytest -q tests/test_fuzz_*.py
+fuzz: $(BIN)/axl-node
+	AXL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_*.py
 
 # schemathesis against a live node for up to 5 minutes: no 500s, no undocumented answers.
-fuzz-api:
-	$(PYTHON) -m axl.chaos fuzz-api --max-examples 200 --max-time 300
+fuzz-api: $(BIN)/axl-node
+	$(PY) -m axl.chaos fuzz-api --max-examples 200 --max-time 300
 
 # Relays killed and links cut under load for 5 minutes; fails on any lost acknowledged message.
-chaos:
-	$(PYTHON) -m axl.chaos chaos --duration 300
+chaos: $(BIN)/axl-node
+	$(PY) -m axl.chaos chaos --duration 300
 
 # 10 minutes of steady traffic on 5 nodes; RSS and open fds sampled each minute.
-soak:
-	$(PYTHON) -m axl.chaos soak --duration 600 --interval 60
+soak: $(BIN)/axl-node
+	$(PY) -m axl.chaos soak --duration 600 --interval 60

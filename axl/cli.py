@@ -14,10 +14,15 @@ import sys
 from collections.abc import Coroutine
 from pathlib import Path
 
+from axl import __version__
 from axl.config import ConfigError, load_config
 from axl.identity import NodeIdentity
 
 EXIT_CONFIG = 2
+
+USAGE = """\
+axl-node [-h] [--version] [--config FILE] [--listen URI] [--log-level LEVEL]
+       axl-node genkey PATH"""
 
 USAGE_EPILOG = """\
 examples:
@@ -48,11 +53,13 @@ def _normalise_go_flags(argv: list[str]) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="axl-node",
+        usage=USAGE,
         description="AXL node: a peer-to-peer overlay daemon (Yggdrasil v0.5 compatible) "
                     "with an HTTP bridge for applications.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--config", metavar="FILE",
                         help="node config file (JSON); without it every setting takes its default")
     parser.add_argument("--listen", metavar="URI", action="append", default=[],
@@ -60,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"], help="log verbosity (default info)")
     return parser
+
+
+def version_line() -> str:
+    """What `--version` prints and the first log line says, for bug reports."""
+    return f"axl-node {__version__} (Python {sys.version.split()[0]})"
 
 
 def build_genkey_parser() -> argparse.ArgumentParser:
@@ -114,6 +126,7 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    logging.getLogger("axl.node").info("%s", version_line())
     dispatcher = build_dispatcher(config)
     node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher)
     return _run_event_loop(run_daemon(node, dispatcher))

@@ -136,6 +136,35 @@ def _check_value(name: str, value: object) -> None:
                 raise ConfigError(f"AllowedPublicKeys: {key!r} is not a 64-char hex key")
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Insertions, deletions, substitutions and swaps of neighbours turning ``a`` into ``b``."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[len(b)]
+
+
+def _refuse_near_miss(name: str, bridge: dict[str, tuple[str, type]]) -> None:
+    """An unknown key that is almost a known one is a typo, not a Go setting we skip.
+
+    Go AXL configs may carry keys this node does not know, so unknown keys
+    are accepted; but "Peer" for "Peers" or "api_prot" for "api_port" would
+    otherwise leave a node silently without peers or on the default port.
+    """
+    known = [*_OVERLAY_FIELDS, *bridge, *IGNORED_YGGDRASIL_KEYS]
+    limit = 1 if len(name) <= 5 else 2
+    distance, closest = min((_edit_distance(name.lower(), key.lower()), key) for key in known)
+    if distance <= limit:
+        raise ConfigError(f'unknown field "{name}" — did you mean "{closest}"?')
+
+
 def config_from_dict(raw: dict) -> NodeConfig:
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a JSON object")
@@ -150,6 +179,7 @@ def config_from_dict(raw: dict) -> NodeConfig:
             log.warning("config: %s is a Yggdrasil setting this node does not use; ignored", name)
             continue
         else:
+            _refuse_near_miss(name, bridge)
             log.warning("config: unknown field %s ignored", name)
             continue
         if value is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +43,7 @@ STOP_GRACE_SECONDS = 5.0
 POLL_INTERVAL_SECONDS = 0.2
 HTTP_TIMEOUT_SECONDS = 2.0
 PORT_SEARCH_FLOOR = 20000
+LOCK_NAME = "testnet.lock"
 
 
 class TestnetError(RuntimeError):
@@ -112,16 +115,63 @@ def free_port(taken: set[int], rng: random.Random) -> int:
     floor = min(PORT_SEARCH_FLOOR, ceiling - 1000)
     for _ in range(1000):
         port = rng.randrange(floor, ceiling)
-        if port in taken:
+        if port in taken or not port_bindable(port):
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((LOOPBACK, port))
-            except OSError:
-                continue
         taken.add(port)
         return port
     raise TestnetError(f"no free loopback port found in {floor}-{ceiling}")
+
+
+def port_bindable(port: int, reuse_address: bool = False) -> bool:
+    """Whether a listener could bind ``port`` on loopback now.
+
+    ``reuse_address`` probes the way the node's own listeners bind, so that
+    connections of a testnet that just stopped (TIME_WAIT) do not count.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+class FolderLock:
+    """An exclusive lock on a testnet folder, held while its nodes run.
+
+    flock rather than a pid file: the kernel drops the lock when the owner
+    dies, so a crashed testnet never leaves a stale claim behind.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / LOCK_NAME
+        self._handle: Any = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise TestnetError naming the testnet that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "unknown"
+            handle.close()
+            raise TestnetError(
+                f"a testnet (pid {owner}) is already running in {self.path.parent}; "
+                "stop it first (Ctrl-C in its terminal) or use another --dir"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 def default_node_command() -> list[str]:
@@ -262,7 +312,9 @@ class Testnet:
         self.node_command = node_command or default_node_command()
         self.extra_config = dict(extra_config or {})
         self.json_path = Path(json_path) if json_path else self.base_dir / "testnet.json"
+        self.fixed_ports = bool(base_port)
         self.nodes = self._plan_nodes(n, base_port)
+        self._lock = FolderLock(self.base_dir)
 
     def _plan_nodes(self, n: int, base_port: int) -> list[TestnetNode]:
         nodes = []
@@ -294,9 +346,10 @@ class Testnet:
         return counts
 
     def write_configs(self) -> None:
-        """Keys (PEM, owner-only) and one JSON config per node."""
+        """Keys (PEM, owner-only), one JSON config per node, and empty logs."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
+            node.log_path.write_bytes(b"")
             key_path = self.base_dir / f"node-{node.index}.pem"
             key_path.write_bytes(node.identity.pem())
             os.chmod(key_path, 0o600)
@@ -324,11 +377,33 @@ class Testnet:
         )
 
     def start(self) -> None:
-        """Write configs and start every node (does not wait for convergence)."""
+        """Claim the folder, write configs and start every node (does not wait for convergence).
+
+        Raises TestnetError, before touching any file, when another live
+        testnet owns the folder or a fixed port is taken.
+        """
+        self._lock.acquire()
+        try:
+            self._check_ports()
+        except TestnetError:
+            self._lock.release()
+            raise
         self.write_configs()
         for index in range(len(self.nodes)):
             self.start_node(index)
         self.write_json()
+
+    def _check_ports(self) -> None:
+        """Fixed ports must be free; chosen ones were checked when they were picked."""
+        if not self.fixed_ports:
+            return
+        for node in self.nodes:
+            for port in (node.api_port, node.listen_port):
+                if not port_bindable(port, reuse_address=True):
+                    raise TestnetError(
+                        f"port {port} on {LOOPBACK} is in use (another testnet or program?); "
+                        "stop it or pick other ports with --base-port"
+                    )
 
     def kill(self, index: int, hard: bool = False) -> None:
         """Stop one node: SIGTERM (clean shutdown) or SIGKILL with ``hard``."""
@@ -361,6 +436,7 @@ class Testnet:
                 node.process.send_signal(signal.SIGTERM)
         for node in self.nodes:
             self.kill(node.index)
+        self._lock.release()
 
     def exited_nodes(self) -> list[int]:
         """Nodes whose process ended without kill() or stop() asking it to."""
@@ -445,6 +521,76 @@ class Testnet:
         return await asyncio.to_thread(self.wait_converged, timeout)
 
 
+class PrefixedRun:
+    """Existing configs run in the foreground, every log line prefixed with its node's name.
+
+    For ``make run3``: several nodes in one terminal stay readable when each
+    line says which node wrote it. The name is the config file's stem.
+    """
+
+    def __init__(self, configs: list[Path], node_command: list[str] | None = None) -> None:
+        self.configs = configs
+        self.node_command = node_command or default_node_command()
+        self.width = max(len(path.stem) for path in configs)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._print_lock = threading.Lock()
+
+    def start(self) -> None:
+        for path in self.configs:
+            process = subprocess.Popen(
+                [*self.node_command, "--config", str(path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.processes.append(process)
+            threading.Thread(target=self._copy_lines, args=(path.stem, process), daemon=True).start()
+
+    def _copy_lines(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            with self._print_lock:
+                print(f"{name:<{self.width}} | {line}", flush=True)
+
+    def wait(self) -> int:
+        """Until a node exits (1) or we are interrupted (0)."""
+        while all(process.poll() is None for process in self.processes):
+            time.sleep(POLL_INTERVAL_SECONDS)
+        return 1
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def run_configs(paths: list[str]) -> int:
+    """``axl-testnet --run CONFIG...``: the nodes of these configs, logs prefixed, until Ctrl-C."""
+    configs = [Path(path) for path in paths]
+    missing = [str(path) for path in configs if not path.is_file()]
+    if missing:
+        print(f"axl-testnet: no such config file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    runner = PrefixedRun(configs)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        runner.start()
+        code = runner.wait()
+        print("a node exited; stopping the others", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        runner.stop()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="axl-testnet", description="Run N axl-node processes on loopback.")
     parser.add_argument("-n", "--nodes", type=int, default=5, help="number of nodes [5]")
@@ -457,6 +603,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="bridge ports BASE+i, listen ports BASE+N+i; 0 = any free ports [9100]")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for convergence [60]")
     parser.add_argument("--log-level", default="info", help="axl-node log level [info]")
+    parser.add_argument("--run", nargs="+", metavar="CONFIG",
+                        help="instead: run these existing node configs in the foreground, "
+                             "each log line prefixed with the config's name")
     return parser.parse_args(argv)
 
 
@@ -468,6 +617,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Start the testnet, print where the nodes are, run until Ctrl-C or SIGTERM."""
     args = parse_args(argv)
+    if args.run:
+        return run_configs(args.run)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         testnet = Testnet(args.nodes, args.shape, args.dir, degree=args.degree, seed=args.seed,

@@ -46,6 +46,27 @@ def test_unknown_field_warns(caplog):
     assert "NodeInfo" in caplog.text
 
 
+@pytest.mark.parametrize("typo, meant", [
+    ("Peer", "Peers"),
+    ("peers", "Peers"),
+    ("api_prot", "api_port"),
+    ("API_PORT", "api_port"),
+    ("Listn", "Listen"),
+    ("PrivateKeyPth", "PrivateKeyPath"),
+    ("max_mesage_size", "max_message_size"),
+    ("ifname", "IfName"),
+])
+def test_near_miss_of_a_known_field_is_an_error_with_a_hint(typo, meant):
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({typo: 1})
+    assert str(caught.value) == f'unknown field "{typo}" \u2014 did you mean "{meant}"?'
+
+
+@pytest.mark.parametrize("extra", ["surprise", "Metrics", "log_format", "peer_timeout_secs", "Pe"])
+def test_unknown_fields_far_from_known_ones_stay_accepted(extra):
+    assert config_from_dict({extra: 1, "Peers": ["tls://127.0.0.1:1"]}).peers == ["tls://127.0.0.1:1"]
+
+
 @pytest.mark.parametrize("raw, field", [
     ({"api_port": "9002"}, "api_port"),
     ({"api_port": 70000}, "api_port"),
@@ -85,6 +106,7 @@ def run_cli(*args, cwd=None):
 @pytest.mark.parametrize("content, needle", [
     ('{"api_port": "x"}', "api_port"),
     ("{broken", "not valid JSON"),
+    ('{"Peer": ["tls://127.0.0.1:9001"]}', 'did you mean "Peers"'),
     ('{"Peers": ["ftp://h:1"]}', "Peers"),
     ('{"PrivateKeyPath": "/nonexistent/key.pem"}', "PrivateKeyPath"),
 ])

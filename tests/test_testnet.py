@@ -13,8 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import signal
+import socket
+import subprocess
 import sys
+import threading
 from collections import deque
 from pathlib import Path
 
@@ -22,6 +27,7 @@ import pytest
 
 from axl.identity import NodeIdentity
 from axl.testnet import (
+    LOOPBACK,
     Testnet,
     TestnetError,
     TreeView,
@@ -244,6 +250,81 @@ def test_timeout_message_names_the_problem(tmp_path):
     with Testnet(2, "line", tmp_path, node_command=sleeper) as testnet:
         with pytest.raises(TestnetError, match="did not converge within 1s: node 0: /topology not ready"):
             testnet.wait_converged(timeout=1)
+
+
+def _testnet_files(folder: Path) -> dict[str, bytes]:
+    """Everything a testnet writes except the logs its running nodes append to."""
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.suffix in (".json", ".pem")}
+
+
+def test_second_testnet_in_the_same_folder_is_refused(tmp_path):
+    with Testnet(2, "line", tmp_path, node_command=FAKE_NODE_COMMAND) as first:
+        first.wait_converged(timeout=30)
+        before = _testnet_files(tmp_path)
+        second = subprocess.run(
+            [sys.executable, "-m", "axl.testnet", "-n", "3", "--dir", str(tmp_path), "--base-port", "0"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert second.returncode == 1
+        assert second.stderr.count("\n") == 1
+        assert f"a testnet (pid {os.getpid()}) is already running in {tmp_path}" in second.stderr
+        assert _testnet_files(tmp_path) == before
+        assert not first.exited_nodes()
+        assert first.wait_converged(timeout=30)
+
+
+def test_a_taken_fixed_port_is_refused_before_any_file_is_written(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind((LOOPBACK, 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        testnet = Testnet(1, "line", tmp_path / "net", base_port=port, node_command=FAKE_NODE_COMMAND)
+        with pytest.raises(TestnetError, match=f"port {port} on 127.0.0.1 is in use"):
+            testnet.start()
+    assert [path.name for path in (tmp_path / "net").iterdir()] == ["testnet.lock"]
+
+
+def test_a_new_testnet_starts_with_empty_logs(tmp_path):
+    (tmp_path / "node-0.log").write_text("a line from an older testnet\n")
+    with Testnet(1, "line", tmp_path, node_command=FAKE_NODE_COMMAND) as testnet:
+        testnet.wait_converged(timeout=30)
+    assert "older testnet" not in (tmp_path / "node-0.log").read_text()
+
+
+def test_run_prefixes_every_node_line_with_its_name(tmp_path):
+    planned = Testnet(2, "line", tmp_path)
+    planned.write_configs()
+    configs = [str(node.config_path) for node in planned.nodes]
+    runner = subprocess.Popen([sys.executable, "-m", "axl.testnet", "--run", *configs],
+                              stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        for line in _lines_until(runner, lambda line: "peer id" in line, want=2):
+            lines.append(line)
+    finally:
+        runner.send_signal(signal.SIGINT)
+        rest, _ = runner.communicate(timeout=30)
+    lines += rest.splitlines()
+    assert runner.returncode == 0
+    assert lines and all(line.split(" | ")[0].strip() in ("node-0", "node-1") for line in lines)
+    seen = {line.split(" | ")[0].strip() for line in lines if "peer id" in line}
+    assert seen == {"node-0", "node-1"}
+
+
+def _lines_until(process: subprocess.Popen, match, want: int, timeout: float = 30.0):
+    """Lines of ``process`` until ``want`` of them matched; every read is bounded by a timer."""
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        matched = 0
+        while matched < want:
+            line = process.stdout.readline()
+            if not line:
+                raise AssertionError(f"output ended after {matched} matching lines")
+            matched += bool(match(line))
+            yield line.rstrip("\n")
+    finally:
+        timer.cancel()
 
 
 if __name__ == "__main__":

@@ -39,17 +39,14 @@ class DispatchSettings:
     """Where the local adapter services live; the names are the config file's.
 
     An empty ``router_addr``/``a2a_addr`` turns that adapter off. Addresses
-    carry their scheme, e.g. ``http://127.0.0.1``. Each adapter has its own
-    timeout (``mcp_timeout_secs``, ``a2a_timeout_secs``): an agent's task may
-    take far longer than a tool call.
+    carry their scheme, e.g. ``http://127.0.0.1``.
     """
 
     router_addr: str = ""
     router_port: int = 9003
     a2a_addr: str = ""
     a2a_port: int = 9004
-    mcp_timeout: float = DEFAULT_HTTP_TIMEOUT
-    a2a_timeout: float = DEFAULT_HTTP_TIMEOUT
+    http_timeout: float = DEFAULT_HTTP_TIMEOUT
 
     @property
     def router_url(self) -> str | None:
@@ -102,7 +99,9 @@ class InboundDispatcher:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.settings.http_timeout)
+            )
         return self._session
 
     async def close(self) -> None:
@@ -147,8 +146,7 @@ class InboundDispatcher:
         failure = ""
         try:
             async with self._http().post(
-                router_url, data=body.encode(), headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.settings.mcp_timeout),
+                router_url, data=body.encode(), headers={"Content-Type": "application/json"}
             ) as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -179,18 +177,16 @@ class InboundDispatcher:
     async def _dispatch_a2a(self, a2a_url: str, from_peer_id: str, envelope: A2aEnvelope) -> bytes:
         """GET the card or POST the request to the A2A server; its body must be JSON."""
         headers = {"X-From-Peer-Id": from_peer_id}
-        timeout = aiohttp.ClientTimeout(total=self.settings.a2a_timeout)
         try:
             if envelope.agent_card:
-                request = self._http().get(f"{a2a_url}/.well-known/agent-card.json",
-                                           headers=headers, timeout=timeout)
+                request = self._http().get(f"{a2a_url}/.well-known/agent-card.json", headers=headers)
             else:
                 version = self._a2a_version(envelope)
                 if version:
                     headers[A2A_VERSION_HEADER] = version
                 headers["Content-Type"] = "application/json"
                 request = self._http().post(
-                    f"{a2a_url}/", data=envelope.request_text.encode(), headers=headers, timeout=timeout
+                    f"{a2a_url}/", data=envelope.request_text.encode(), headers=headers
                 )
             async with request as resp:
                 raw, status = await resp.read(), resp.status
