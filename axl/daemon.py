@@ -24,7 +24,8 @@ def build_dispatcher(config: NodeConfig) -> InboundDispatcher:
     return InboundDispatcher(DispatchSettings(
         router_addr=config.router_addr, router_port=config.router_port,
         a2a_addr=config.a2a_addr, a2a_port=config.a2a_port,
-        http_timeout=float(config.mcp_timeout_secs),
+        mcp_timeout=float(config.mcp_timeout_secs),
+        a2a_timeout=float(config.a2a_timeout_secs),
     ))
 
 

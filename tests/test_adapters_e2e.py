@@ -144,7 +144,7 @@ async def stack() -> AsyncIterator[Stack]:
 
     remote = InboundDispatcher(DispatchSettings(
         router_addr="http://127.0.0.1", router_port=router_server.port,
-        a2a_addr="http://127.0.0.1", a2a_port=a2a_port, http_timeout=10.0,
+        a2a_addr="http://127.0.0.1", a2a_port=a2a_port, mcp_timeout=10.0, a2a_timeout=10.0,
     ))
     plain_remote = InboundDispatcher(DispatchSettings(a2a_addr="http://127.0.0.1", a2a_port=plain_server.port))
     requester = LoopbackRequester(CALLER_KEY, {REMOTE_KEY: remote, PLAIN_TEXT_KEY: plain_remote})

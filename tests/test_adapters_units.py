@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -268,3 +269,40 @@ async def test_agent_routes_refuse_a_large_body_from_its_content_length():
             assert response.startswith(b"HTTP/1.1 413"), response[:80]
     finally:
         await server.close()
+
+
+@pytest.fixture
+async def slow_server():
+    """An HTTP server that answers everything with JSON after one second."""
+    async def slow(_request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)
+        return web.json_response({"response": {"jsonrpc": "2.0", "id": 1, "result": {}}, "error": None})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", slow)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield server.port
+    await server.close()
+
+
+async def test_mcp_and_a2a_dispatch_each_use_their_own_timeout(slow_server) -> None:
+    both = dict(router_addr="http://127.0.0.1", router_port=slow_server,
+                a2a_addr="http://127.0.0.1", a2a_port=slow_server)
+    mcp_request = b'{"service":"w","request":{"jsonrpc":"2.0","id":1,"method":"m"}}'
+    a2a_request = b'{"a2a":true,"request":{"jsonrpc":"2.0","id":1,"method":"SendMessage"}}'
+    key = b"\x01" * 32
+    short_a2a = InboundDispatcher(DispatchSettings(**both, mcp_timeout=20.0, a2a_timeout=0.2))
+    short_mcp = InboundDispatcher(DispatchSettings(**both, mcp_timeout=0.2, a2a_timeout=20.0))
+    try:
+        a2a_reply = json.loads((await asyncio.wait_for(short_a2a.dispatch(key, a2a_request), 10)).reply)
+        mcp_reply = json.loads((await asyncio.wait_for(short_a2a.dispatch(key, mcp_request), 10)).reply)
+        assert a2a_reply["error"].startswith("failed to contact a2a server")
+        assert "error" not in mcp_reply
+        mcp_reply = json.loads((await asyncio.wait_for(short_mcp.dispatch(key, mcp_request), 10)).reply)
+        a2a_reply = json.loads((await asyncio.wait_for(short_mcp.dispatch(key, a2a_request), 10)).reply)
+        assert mcp_reply["error"].startswith("failed to contact router")
+        assert "error" not in a2a_reply
+    finally:
+        await short_a2a.close()
+        await short_mcp.close()

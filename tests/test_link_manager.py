@@ -373,3 +373,24 @@ async def test_stop_reports_links_down(managers, caplog) -> None:
     await at_client.until(lambda: at_client.downs)
     assert f"peering up: {ID_A.peer_id}" in caplog.text
     assert "inbound=False priority=0" in caplog.text
+
+
+async def test_redialing_survives_an_unexpected_error(managers, monkeypatch, caplog) -> None:
+    server, _ = managers(ID_A)
+    client, at_client = managers(ID_B)
+    uri = await _listen(server, "tcp://127.0.0.1:0")
+    real_dial_once = client._dial_once
+    attempts = []
+
+    async def fails_first(peer):
+        attempts.append(peer)
+        if len(attempts) == 1:
+            raise RuntimeError("unexpected failure in one attempt")
+        return await real_dial_once(peer)
+
+    monkeypatch.setattr(client, "_dial_once", fails_first)
+    with caplog.at_level(logging.ERROR, logger="axl.link"):
+        client.add_peer(uri)
+        await at_client.until(lambda: at_client.ups)
+    assert len(attempts) >= 2
+    assert "unexpected failure in one attempt" in caplog.text

@@ -65,7 +65,9 @@ def _skip_ws(text: str, pos: int) -> int:
 def _decode_value(text: str, pos: int) -> tuple[RawValue, int]:
     try:
         value, end = _DECODER.raw_decode(text, pos)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and Python's limit on the digits
+        # of an integer (a hostile peer's 4,301-digit number).
         raise DecodeError(f"invalid JSON: {exc}") from None
     return RawValue(text[pos:end], value), end
 

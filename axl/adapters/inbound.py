@@ -39,14 +39,17 @@ class DispatchSettings:
     """Where the local adapter services live; the names are the config file's.
 
     An empty ``router_addr``/``a2a_addr`` turns that adapter off. Addresses
-    carry their scheme, e.g. ``http://127.0.0.1``.
+    carry their scheme, e.g. ``http://127.0.0.1``. Each adapter has its own
+    timeout (``mcp_timeout_secs``, ``a2a_timeout_secs``): an agent's task may
+    take far longer than a tool call.
     """
 
     router_addr: str = ""
     router_port: int = 9003
     a2a_addr: str = ""
     a2a_port: int = 9004
-    http_timeout: float = DEFAULT_HTTP_TIMEOUT
+    mcp_timeout: float = DEFAULT_HTTP_TIMEOUT
+    a2a_timeout: float = DEFAULT_HTTP_TIMEOUT
 
     @property
     def router_url(self) -> str | None:
@@ -99,9 +102,7 @@ class InboundDispatcher:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.settings.http_timeout)
-            )
+            self._session = aiohttp.ClientSession()
         return self._session
 
     async def close(self) -> None:
@@ -146,7 +147,8 @@ class InboundDispatcher:
         failure = ""
         try:
             async with self._http().post(
-                router_url, data=body.encode(), headers={"Content-Type": "application/json"}
+                router_url, data=body.encode(), headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self.settings.mcp_timeout),
             ) as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -177,16 +179,18 @@ class InboundDispatcher:
     async def _dispatch_a2a(self, a2a_url: str, from_peer_id: str, envelope: A2aEnvelope) -> bytes:
         """GET the card or POST the request to the A2A server; its body must be JSON."""
         headers = {"X-From-Peer-Id": from_peer_id}
+        timeout = aiohttp.ClientTimeout(total=self.settings.a2a_timeout)
         try:
             if envelope.agent_card:
-                request = self._http().get(f"{a2a_url}/.well-known/agent-card.json", headers=headers)
+                request = self._http().get(f"{a2a_url}/.well-known/agent-card.json",
+                                           headers=headers, timeout=timeout)
             else:
                 version = self._a2a_version(envelope)
                 if version:
                     headers[A2A_VERSION_HEADER] = version
                 headers["Content-Type"] = "application/json"
                 request = self._http().post(
-                    f"{a2a_url}/", data=envelope.request_text.encode(), headers=headers
+                    f"{a2a_url}/", data=envelope.request_text.encode(), headers=headers, timeout=timeout
                 )
             async with request as resp:
                 raw, status = await resp.read(), resp.status

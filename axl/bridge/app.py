@@ -6,10 +6,11 @@ status codes; it knows nothing about links, trees or sessions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
-from aiohttp import web
+from aiohttp import ClientConnectionError, web
 
 from axl.config import NodeConfig
 from axl.adapters import AgentBridgeSettings, add_agent_routes
@@ -22,6 +23,7 @@ from axl.errors import (
 )
 from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body
 from axl.identity import parse_peer_id
+from axl.node.inbox import InboxMessage
 
 log = logging.getLogger("axl.bridge")
 
@@ -39,7 +41,9 @@ class BridgeNode(Protocol):
 
     async def send(self, dest_key: bytes, payload: bytes) -> None: ...
 
-    async def recv(self, wait: float) -> tuple[bytes, bytes] | None: ...
+    async def recv(self, wait: float) -> InboxMessage | None: ...
+
+    def give_back(self, messages: list[InboxMessage]) -> None: ...
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
 
@@ -55,6 +59,34 @@ STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
 
 def status_for(error: DeliveryError) -> int:
     return next(status for kind, status in STATUS_FOR_ERROR if isinstance(error, kind))
+
+
+class ClientWatch:
+    """An event per open client connection, set when that connection closes.
+
+    The bridge runs without aiohttp's handler_cancellation, so a handler
+    whose client has left keeps running. A long poll must notice, or it
+    would take a message out of the queue for nobody. The server registers
+    every connection here (axl.bridge.server).
+    """
+
+    def __init__(self) -> None:
+        self._gone: dict[object, asyncio.Event] = {}
+
+    def opened(self, transport: object) -> None:
+        self._gone[transport] = asyncio.Event()
+
+    def closed(self, transport: object) -> None:
+        event = self._gone.pop(transport, None)
+        if event is not None:
+            event.set()
+
+    def gone(self, request: web.Request) -> asyncio.Event | None:
+        """The event for `request`'s connection; None when it is already closed."""
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return None
+        return self._gone.get(transport, asyncio.Event())
 
 
 def text_error(status: int, message: str) -> web.Response:
@@ -99,7 +131,7 @@ async def handle_send(request: web.Request) -> web.Response:
     return web.Response(status=200, headers={"X-Sent-Bytes": str(len(payload))})
 
 
-async def handle_recv(request: web.Request) -> web.Response:
+async def handle_recv(request: web.Request) -> web.StreamResponse:
     wait_text = request.query.get("wait", "0")
     try:
         wait = float(wait_text)
@@ -107,21 +139,49 @@ async def handle_recv(request: web.Request) -> web.Response:
         return text_error(400, "wait must be a number of seconds")
     if not 0 <= wait <= MAX_RECV_WAIT:
         return text_error(400, f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds")
-    message = await _node(request).recv(wait)
+    node = _node(request)
+    message = await take_for_client(request, node, wait)
     if message is None:
         return web.Response(status=204)
-    sender, payload = message
-    return web.Response(
-        status=200,
-        body=payload,
-        headers={"X-From-Peer-Id": sender.hex()},
-        content_type="application/octet-stream",
-    )
+    response = web.Response(status=200, body=message.payload,
+                            headers={"X-From-Peer-Id": message.sender.hex()},
+                            content_type="application/octet-stream")
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except (ConnectionError, ClientConnectionError, asyncio.CancelledError):
+        node.give_back([message])
+        log.info("recv client left before message %d was written: returned to the queue", message.id)
+        raise
+    return response
 
 
-def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = None) -> web.Application:
+async def take_for_client(request: web.Request, node: BridgeNode, wait: float) -> InboxMessage | None:
+    """Dequeue a message only while the client is still connected.
+
+    Waits up to `wait` seconds for a message or for the client to leave,
+    whichever comes first; a client that left gets nothing taken for it.
+    """
+    gone = request.app["clients"].gone(request)
+    if gone is None:
+        return None
+    taking = asyncio.ensure_future(node.recv(wait))
+    leaving = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait((taking, leaving), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        taken = taking.done()
+        if not taken:
+            taking.cancel()
+    return taking.result() if taken else None
+
+
+def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = None,
+              clients: ClientWatch | None = None) -> web.Application:
     app = web.Application(client_max_size=node.max_message_size + 1)
     app["node"] = node
+    app["clients"] = clients or ClientWatch()
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send)

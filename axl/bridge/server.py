@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from axl.adapters import AgentBridgeSettings
-from axl.bridge.app import BridgeNode, build_app
+from axl.bridge.app import BridgeNode, ClientWatch, build_app
 from axl.config import NodeConfig
 
 log = logging.getLogger("axl.bridge")
@@ -20,7 +20,8 @@ KEEPALIVE_TIMEOUT = 75.0
 
 
 class HeaderDeadline(asyncio.Protocol):
-    """aiohttp's protocol, plus a deadline on a connection's first request headers.
+    """aiohttp's protocol, plus a deadline on a connection's first request headers
+    and a note to the ClientWatch when the connection opens and closes.
 
     aiohttp times out neither a client that never finishes its headers nor
     one that sends nothing, so each would hold a connection (and a file
@@ -28,14 +29,18 @@ class HeaderDeadline(asyncio.Protocol):
     idle keep-alive connections aiohttp's keepalive timeout.
     """
 
-    def __init__(self, inner: Any, timeout: float) -> None:
+    def __init__(self, inner: Any, timeout: float, clients: ClientWatch) -> None:
         self.inner = inner
         self.timeout = timeout
+        self.clients = clients
         self._timer: asyncio.TimerHandle | None = None
         self._tail = b""
+        self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
         self._timer = asyncio.get_running_loop().call_later(self.timeout, transport.close)
+        self.clients.opened(transport)
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -52,6 +57,7 @@ class HeaderDeadline(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
+        self.clients.closed(self.transport)
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -75,12 +81,13 @@ class BridgeServer:
 
     async def start(self) -> None:
         """Bind and serve; an address in use raises OSError."""
+        clients = ClientWatch()
         app = build_app(self.node, AgentBridgeSettings(
             mcp_timeout=float(self.config.mcp_timeout_secs),
             a2a_timeout=float(self.config.a2a_timeout_secs),
             max_message_size=self.config.max_message_size,
             body_timeout=float(self.config.conn_read_timeout_secs),
-        ))
+        ), clients)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      keepalive_timeout=KEEPALIVE_TIMEOUT)
         await self._runner.setup()
@@ -88,7 +95,7 @@ class BridgeServer:
         timeout = float(self.config.conn_read_timeout_secs)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HeaderDeadline(handler_factory(), timeout),
+            lambda: HeaderDeadline(handler_factory(), timeout, clients),
             self.config.bridge_addr, self.config.api_port, reuse_address=True,
         )
         log.info("bridge listening on http://%s:%d", self.config.bridge_addr, self.config.api_port)

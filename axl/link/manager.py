@@ -19,6 +19,7 @@ from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.queue import DEFAULT_BYTE_CAP
 from axl.link.transports import Listener, dial, listen
 from axl.link.uri import PeerURI, URIError, parse_peer_uri
+from axl.tasks import start_task
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
 
@@ -140,7 +141,7 @@ class LinkManager:
             raise URIError(f"peer {peer_uri.peer_key} is already configured")
         peer = _Peer(peer_uri)
         self._peers[peer_uri.peer_key] = peer
-        peer.task = asyncio.get_running_loop().create_task(self._dial_forever(peer))
+        peer.task = start_task(self._dial_forever(peer), self.log, f"dialer for {peer_uri}")
         return peer_uri
 
     def remove_peer(self, uri: str | PeerURI) -> None:
@@ -154,11 +155,19 @@ class LinkManager:
             peer.connection.shutdown("peer removed")
 
     async def _dial_forever(self, peer: _Peer) -> None:
+        """Dial, wait for the link to end, back off, dial again: until removed or stopped.
+
+        An unexpected error in one attempt is logged and counts as a failed
+        attempt; it must never end the loop, or the peer stays down for good.
+        """
         maximum = min(self._backoff_max, peer.uri.max_backoff or self._backoff_max)
         backoff = _Backoff(self._backoff_min, maximum, self._rng)
         while not self._stopping:
-            if await self._dial_once(peer):
-                backoff.reset()
+            try:
+                if await self._dial_once(peer):
+                    backoff.reset()
+            except Exception:
+                self.log.exception("dialing %s failed unexpectedly", peer.uri)
             delay = backoff.next_delay()
             self.log.debug("redialing %s in %.1fs", peer.uri, delay)
             await asyncio.sleep(delay)

@@ -2,18 +2,25 @@
 
 Unlike the Go node, a full queue refuses new messages instead of dropping
 the oldest: a refused message is reported to its sender (HTTP 503 there),
-so nothing that was acknowledged is ever lost.
+so nothing that was acknowledged is ever lost. A message taken out for a
+client that then cannot be given it (the HTTP client left, a WebSocket
+closed before saying "done") is given back to the front of the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import count
 
 
 @dataclass(frozen=True)
 class InboxMessage:
+    """One queued message; `id` is its own for life, so a redelivery carries the same id."""
+
+    id: int
     sender: bytes
     payload: bytes
 
@@ -25,6 +32,7 @@ class Inbox:
         self._messages: deque[InboxMessage] = deque()
         self._bytes = 0
         self._arrived = asyncio.Event()
+        self._ids = count(1)
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -42,10 +50,22 @@ class Inbox:
     def put(self, sender: bytes, payload: bytes) -> bool:
         if not self.has_room(len(payload)):
             return False
-        self._messages.append(InboxMessage(sender, payload))
+        self._messages.append(InboxMessage(next(self._ids), sender, payload))
         self._bytes += len(payload)
         self._arrived.set()
         return True
+
+    def give_back(self, messages: Iterable[InboxMessage]) -> None:
+        """Return taken messages to the front, in their order, even over the bounds.
+
+        They were accepted (their sender saw 200) before they were taken, so
+        refusing them now would lose them; the bounds apply to new arrivals.
+        """
+        returned = list(messages)
+        self._messages.extendleft(reversed(returned))
+        self._bytes += sum(len(message.payload) for message in returned)
+        if self._messages:
+            self._arrived.set()
 
     def get_nowait(self) -> InboxMessage | None:
         if not self._messages:

@@ -24,11 +24,12 @@ from axl.core import Core, DeliverIPv6, SendMessage
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
-from axl.node.inbox import Inbox
+from axl.node.inbox import Inbox, InboxMessage
 from axl.node.transport import Transport
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.routing import PathFound, Router, SendFrame, SendTraffic
 from axl.sessions import SendPacket, SessionManager
+from axl.tasks import start_task
 from axl.wire import DecodeError
 
 log = logging.getLogger("axl.node")
@@ -197,9 +198,12 @@ class Node:
     async def send(self, dest_key: bytes, payload: bytes) -> None:
         await self.transport.send_message(dest_key, payload)
 
-    async def recv(self, wait: float) -> tuple[bytes, bytes] | None:
-        message = await self.inbox.get(wait)
-        return None if message is None else (message.sender, message.payload)
+    async def recv(self, wait: float) -> InboxMessage | None:
+        return await self.inbox.get(wait)
+
+    def give_back(self, messages: list[InboxMessage]) -> None:
+        """Messages taken by `recv` that their client never got go back to the front."""
+        self.inbox.give_back(messages)
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
         return await self.transport.request(dest_key, payload, timeout)
@@ -268,7 +272,7 @@ class Node:
             log.info("MCP requests from peers go to %s/route", self.config.router_url)
         if self.config.a2a_url:
             log.info("A2A requests from peers go to %s", self.config.a2a_url)
-        self._tick_task = asyncio.create_task(self._tick_forever())
+        self._tick_task = start_task(self._tick_forever(), log, "maintenance ticks")
 
     async def stop(self) -> None:
         if self._tick_task is not None:

@@ -28,6 +28,7 @@ from axl.identity import address_for_key, key_for_address_bytes
 from axl.tcp import events as tcp_events
 from axl.tcp.connection import TcpConfig, TcpConnection
 from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
+from axl.tasks import start_task
 from axl.tcp.stack import TcpStack
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ WRITE_CHUNK = 1 << 20
 REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
                   "or the message exceeds its max_message_size")
 MAX_REMEMBERED_SENDERS = 4096
+
+
+def _key_text(key: bytes | None) -> str:
+    return key.hex() if key else "?"
 
 
 def feed_all(decoder: MessageDecoder, chunks: list[bytes]) -> list[bytes]:
@@ -224,7 +229,7 @@ class Transport:
         self._spawn(self._serve_inbound(stream))
 
     def _spawn(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        task = start_task(coro, log, "inbound connection task")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -315,40 +320,45 @@ class Transport:
         Each message must arrive whole within conn_read_timeout_secs of its
         first byte (a trickling sender cannot hold a connection forever), and
         an idle connection is closed after conn_idle_timeout_secs, as Go does.
+        Whatever ends this task, the connection is released with it: a
+        connection left open would hold one of max_concurrent_conns for good.
         """
+        try:
+            await self._read_inbound(stream)
+        except asyncio.TimeoutError:
+            log.info("inbound connection idle or stalled: closing")
+        except FrameTooLarge as exc:
+            log.warning("inbound message refused: %s", exc)
+        except Exception:
+            log.exception("inbound connection from %s failed", _key_text(stream.peer_key))
+        finally:
+            stream.abort()
+
+    async def _read_inbound(self, stream: OverlayStream) -> None:
         decoder = MessageDecoder(self.config.max_message_size)
         loop = asyncio.get_running_loop()
         message_deadline = None
-        try:
-            while True:
-                if decoder.partial and message_deadline is None:
-                    message_deadline = loop.time() + self.config.conn_read_timeout_secs
-                timeout = (message_deadline - loop.time() if message_deadline is not None
-                           else self.config.conn_idle_timeout_secs)
-                await asyncio.wait_for(stream.readable.wait(), max(0.0, timeout))
-                messages = feed_all(decoder, stream.take_received())
-                if messages or not decoder.partial:
-                    message_deadline = None
-                for message in messages:
-                    if not await self._handle_inbound(stream, message):
-                        log.warning("receive queue full: refused a message from %s",
-                                    stream.peer_key.hex() if stream.peer_key else "?")
-                        stream.abort()
-                        return
-                if stream.peer_finished.is_set() and not stream.received:
-                    break
-            if decoder.partial:
-                log.warning("connection from %s ended mid-message", stream.peer_key.hex())
-                stream.abort()
-                return
-            stream.close()
-            await asyncio.wait_for(asyncio.shield(stream.ended), 10)
-        except asyncio.TimeoutError:
-            log.info("inbound connection idle or stalled: closing")
-            stream.abort()
-        except FrameTooLarge as exc:
-            log.warning("inbound message refused: %s", exc)
-            stream.abort()
+        while True:
+            if decoder.partial and message_deadline is None:
+                message_deadline = loop.time() + self.config.conn_read_timeout_secs
+            timeout = (message_deadline - loop.time() if message_deadline is not None
+                       else self.config.conn_idle_timeout_secs)
+            await asyncio.wait_for(stream.readable.wait(), max(0.0, timeout))
+            messages = feed_all(decoder, stream.take_received())
+            if messages or not decoder.partial:
+                message_deadline = None
+            for message in messages:
+                if not await self._handle_inbound(stream, message):
+                    log.warning("receive queue full: refused a message from %s",
+                                _key_text(stream.peer_key))
+                    return
+            if stream.peer_finished.is_set() and not stream.received:
+                break
+        if decoder.partial:
+            log.warning("connection from %s ended mid-message", _key_text(stream.peer_key))
+            return
+        stream.close()
+        await asyncio.wait_for(asyncio.shield(stream.ended), 10)
 
     async def _handle_inbound(self, stream: OverlayStream, message: bytes) -> bool:
         """Dispatch one message; False means it was refused (queue full)."""

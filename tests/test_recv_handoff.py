@@ -1,0 +1,205 @@
+"""The /recv handoff: a message leaves the queue only for a client that gets it.
+
+A long poll whose client has gone (curl's --max-time, a cancelled aiohttp
+request, a closed socket) must not take a message, and a message whose
+response cannot be written goes back to the front of the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import aiohttp
+import pytest
+
+from axl.node.inbox import Inbox
+from nodes import Cluster
+
+SENDER = b"\x01" * 32
+
+
+# -- the queue ----------------------------------------------------------------
+
+
+def test_each_message_keeps_its_id_when_given_back() -> None:
+    inbox = Inbox(max_messages=10, max_bytes=1000)
+    for payload in (b"m1", b"m2", b"m3"):
+        assert inbox.put(SENDER, payload)
+    first, second = inbox.get_nowait(), inbox.get_nowait()
+    assert (first.payload, second.payload) == (b"m1", b"m2")
+    assert first.id < second.id
+    inbox.give_back([first, second])
+    again = [inbox.get_nowait() for _ in range(3)]
+    assert [m.payload for m in again] == [b"m1", b"m2", b"m3"]
+    assert [m.id for m in again[:2]] == [first.id, second.id]
+    assert inbox.queued_bytes == 0 and len(inbox) == 0
+
+
+def test_give_back_goes_over_the_bounds_that_refuse_new_messages() -> None:
+    inbox = Inbox(max_messages=2, max_bytes=1000)
+    assert inbox.put(SENDER, b"a") and inbox.put(SENDER, b"b")
+    taken = inbox.get_nowait()
+    assert inbox.put(SENDER, b"c")
+    assert not inbox.put(SENDER, b"refused")
+    inbox.give_back([taken])
+    assert len(inbox) == 3 and inbox.queued_bytes == 3
+    assert [inbox.get_nowait().payload for _ in range(3)] == [b"a", b"b", b"c"]
+
+
+async def test_a_waiter_wakes_for_a_message_given_back() -> None:
+    inbox = Inbox(max_messages=2, max_bytes=1000)
+    inbox.put(SENDER, b"x")
+    taken = inbox.get_nowait()
+    waiter = asyncio.ensure_future(inbox.get(5))
+    await asyncio.sleep(0)
+    inbox.give_back([taken])
+    assert (await asyncio.wait_for(waiter, 5)).payload == b"x"
+
+
+# -- real nodes -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("handoff"))
+    node = cluster.add("a")
+    cluster.start_all()
+    try:
+        yield node
+    finally:
+        cluster.stop_all()
+
+
+@pytest.fixture
+def empty(node):
+    """The node, with its queue drained before and after the test."""
+    drain(node)
+    yield node
+    drain(node)
+
+
+def drain(node) -> list[bytes]:
+    got = []
+    while (response := node.recv(0))[0] == 200:
+        got.append(response[2])
+    return got
+
+
+def send_all(node, payloads: list[bytes]) -> None:
+    for payload in payloads:
+        assert node.send(node.peer_id, payload)[0] == 200
+
+
+def abandoned_polls(node, count: int) -> None:
+    """Start `count` long polls on raw sockets, let the bridge see them, then hang up."""
+    socks = [socket.create_connection(("127.0.0.1", node.api_port), timeout=5) for _ in range(count)]
+    for sock in socks:
+        sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.5)
+    for sock in socks:
+        sock.close()
+    time.sleep(0.2)
+
+
+def test_closed_long_polls_take_nothing(empty) -> None:
+    abandoned_polls(empty, 4)
+    payloads = [f"m{i}".encode() for i in range(8)]
+    send_all(empty, payloads)
+    assert drain(empty) == payloads
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_max_time_does_not_eat_the_next_message(empty) -> None:
+    result = subprocess.run(["curl", "-s", "--max-time", "1", f"{empty.url}/recv?wait=20"],
+                            capture_output=True, timeout=20)
+    assert result.returncode == 28  # curl: operation timed out
+    send_all(empty, [b"m1", b"m2"])
+    assert drain(empty) == [b"m1", b"m2"]
+
+
+def test_cancelled_aiohttp_request_does_not_eat_the_next_message(empty) -> None:
+    async def poll_then_cancel() -> None:
+        async with aiohttp.ClientSession() as session:
+            poll = asyncio.ensure_future(session.get(f"{empty.url}/recv?wait=20"))
+            await asyncio.sleep(0.5)
+            poll.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await poll
+
+    asyncio.run(poll_then_cancel())
+    time.sleep(0.2)
+    send_all(empty, [b"m1", b"m2"])
+    assert drain(empty) == [b"m1", b"m2"]
+
+
+def read_response(sock: socket.socket) -> bytes | None:
+    """The body of one HTTP response on `sock`, or None when it was 204."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-response"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    if head.split(b" ", 2)[1] == b"204":
+        return None
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return body
+
+
+def test_many_pollers_some_leaving_receive_every_message_once(empty) -> None:
+    """Pollers that stay and pollers that leave after a moment: each message is received exactly once."""
+    count = 40
+    received: list[bytes] = []
+    lock = threading.Lock()
+    sending_done = threading.Event()
+
+    def staying() -> None:
+        while time.monotonic() < deadline:
+            status, _, body = empty.recv(1)
+            if status == 200:
+                with lock:
+                    received.append(body)
+            elif sending_done.is_set():
+                return
+
+    def leaving() -> None:
+        while not sending_done.is_set() and time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", empty.api_port), timeout=5) as sock:
+                sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(0.15)
+                try:
+                    first = sock.recv(1, socket.MSG_PEEK)
+                except socket.timeout:
+                    continue
+                sock.settimeout(5)
+                body = read_response(sock) if first else None
+                if body is not None:
+                    with lock:
+                        received.append(body)
+
+    deadline = time.monotonic() + 60
+    threads = [threading.Thread(target=staying) for _ in range(3)]
+    threads += [threading.Thread(target=leaving) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    payloads = [f"m{i}".encode() for i in range(count)]
+    time.sleep(0.5)
+    try:
+        send_all(empty, payloads)
+    finally:
+        sending_done.set()
+        for thread in threads:
+            thread.join(70)
+    received += drain(empty)
+    assert Counter(received) == Counter(payloads)
