@@ -132,6 +132,15 @@ async def test_tree_entry_flood_is_capped_per_peer() -> None:
         await node.stop()
 
 
+# Of the messages sent through a mangling relay, at least this many must be
+# acknowledged and received. The relay spoils one chunk in four: a spoiled
+# frame costs at most the link (it is redialled) and the segments in flight,
+# which overlay TCP sends again, so nearly all arrive (9 or 10 of 10 when
+# measured). Fewer than 7 means the node no longer recovers from such a relay;
+# a test without a floor would pass with no delivery at all.
+MANGLED_DELIVERY_FLOOR = 7
+
+
 @pytest.mark.parametrize("name", ["bitflip", "reorder", "replay"])
 def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) -> None:
     rng = random.Random(11)
@@ -150,6 +159,7 @@ def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) ->
                                              "send_timeout_secs": 5, "lookup_timeout_secs": 3})
     cluster.start_all()
     try:
+        wait_until(lambda: a.send(b.peer_id, b"path")[0] == 200, 30, what="a path through the relay")
         sent = {}
         acked = set()
         for seq in range(10):
@@ -160,12 +170,14 @@ def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) ->
         received = []
         while (message := b.recv(1))[0] == 200:
             assert message[1]["X-From-Peer-Id"] == a.peer_id
-            received.append(message[2])
+            if message[2] != b"path":
+                received.append(message[2])
         seqs = [int(body.split(b":", 1)[0]) for body in received]
         assert all(body == sent[seq] for seq, body in zip(seqs, received)), "corrupted bytes were delivered"
         assert len(seqs) == len(set(seqs)), "a message was delivered twice"
         assert acked <= set(seqs), "an acknowledged message is missing"
         assert seqs == sorted(seqs)
+        assert len(acked) >= MANGLED_DELIVERY_FLOOR, f"only {sorted(acked)} of 10 acknowledged"
         assert proxy.connections >= 1
     finally:
         cluster.stop_all()

@@ -1,17 +1,26 @@
 """The node's action pump, without processes or sockets."""
 
+import logging
+
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
 from axl.node import Node
 from axl.packets import DeliverPacket
 
 
-async def test_malformed_end_to_end_packet_is_dropped_not_raised():
+async def test_malformed_end_to_end_packet_is_dropped_not_raised(caplog):
+    """The pump catches every exception, so "nothing raised" proves nothing:
+    the packet must be refused by the decoder (a DecodeError, logged at debug
+    as malformed), not by a crash that the pump logs as an internal error."""
+    caplog.set_level(logging.DEBUG, logger="axl.node")
     node = Node(NodeConfig(), NodeIdentity.generate())
     sender = NodeIdentity.generate().public_key
+    # An IPv6 header whose payload length (0) disagrees with the one byte that follows.
     garbage_tcp = bytes([0x60]) + bytes(5) + bytes([6, 64]) + sender[:16] + node.identity.address + b"\x01"
     node.apply([DeliverPacket(sender, garbage_tcp)])
     assert node.inbox.get_nowait() is None
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any(r.getMessage().startswith("dropped malformed DeliverPacket") for r in caplog.records)
 
 
 async def test_topology_of_a_lone_node_shows_itself_as_root():
