@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -16,12 +17,13 @@ import pytest
 from axl.adapters.envelopes import encode_mcp_request
 from axl.chaos import BitFlipper, FrameReplayer, ProxyHub, Reorderer
 from axl.config import NodeConfig
-from axl.identity import NodeIdentity
+from axl.identity import NodeIdentity, address_for_key
 from axl.link.framing import encode_frame
 from axl.link.meta import encode_meta, meta_bytes_needed
 from axl.node import Node
 from axl.routing.frames import TYPE_ANNOUNCE, Announce, sig_bytes
 from axl.routing.router import MAX_INFOS_PER_PEER
+from axl.tcp.framing import encode_message
 from nodes import Cluster, free_port, up_peers, wait_until
 
 FLOOD_SIZE = MAX_INFOS_PER_PEER + 300
@@ -123,10 +125,10 @@ async def test_tree_entry_flood_is_capped_per_peer() -> None:
         await writer.drain()
         for _ in range(100):
             await asyncio.sleep(0.05)
-            if node.router.info_count() >= MAX_INFOS_PER_PEER:
+            if node.core.router.info_count() >= MAX_INFOS_PER_PEER:
                 break
         assert node.links, "the flooding link must stay up: valid announces are not misbehaviour"
-        assert MAX_INFOS_PER_PEER <= node.router.info_count() <= MAX_INFOS_PER_PEER + 2
+        assert MAX_INFOS_PER_PEER <= node.core.router.info_count() <= MAX_INFOS_PER_PEER + 2
         writer.close()
     finally:
         await node.stop()
@@ -198,20 +200,23 @@ def _rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def _acknowledged_when_stalled(stream, offered: int) -> int:
-    """Bytes the receiver acknowledged once the sender stops making progress (or all were)."""
+async def _acknowledged_when_stalled(node: Node, conn, offered: int) -> int:
+    """Bytes the receiver acknowledged once the sender stops making progress (or all were).
+
+    The bytes go straight into the sender's overlay TCP connection, driven
+    through its node core, as a sender that ignores the protocol would push them."""
     loop = asyncio.get_running_loop()
-    written = asyncio.ensure_future(stream.write(bytes(offered), loop.time() + 90))
+    rest = memoryview(bytes(offered))
     last, since = -1, loop.time()
-    try:
-        while loop.time() < since + 3 and not written.done():
-            await asyncio.sleep(0.25)
-            acknowledged = stream.conn._send_base - stream.conn._iss - 1
-            if acknowledged != last:
-                last, since = acknowledged, loop.time()
-        return stream.conn._send_base - stream.conn._iss - 1
-    finally:
-        written.cancel()
+    while loop.time() < since + 3 and rest:
+        rest = rest[conn.send(rest):]
+        node.core.apply([], time.monotonic())
+        node._drain()
+        await asyncio.sleep(0.25)
+        acknowledged = conn._send_base - conn._iss - 1
+        if acknowledged != last:
+            last, since = acknowledged, loop.time()
+    return conn._send_base - conn._iss - 1
 
 
 async def test_a_stalled_reader_pauses_the_sender_instead_of_buffering(tmp_path: Path) -> None:
@@ -230,19 +235,22 @@ async def test_a_stalled_reader_pauses_the_sender_instead_of_buffering(tmp_path:
                 break
             await asyncio.sleep(0.1)
         envelope = encode_mcp_request("held", '{"jsonrpc":"2.0","id":1,"method":"ping"}', None)
-        stream, rest = await sender.transport._open(dest, loop.time() + 30, envelope, last=False)
-        assert not rest
+        conn = sender.core.stack.connect(address_for_key(dest), sender.config.tcp_port,
+                                         now=time.monotonic())
+        conn.send(encode_message(envelope))
+        sender.core.apply([], time.monotonic())
+        sender._drain()
         for _ in range(150):
             if router.arrived:
                 break
             await asyncio.sleep(0.1)
         assert router.arrived == 1, "the MCP request must be held at the router"
         rss_before = _rss(target.process.pid)
-        acknowledged = await _acknowledged_when_stalled(stream, FLOOD_BYTES)
+        acknowledged = await _acknowledged_when_stalled(sender, conn, FLOOD_BYTES)
         assert acknowledged < ACCEPTED_BOUND, f"the receiver took {acknowledged} bytes while stalled"
         assert _rss(target.process.pid) - rss_before < ACCEPTED_BOUND * 2
-        assert stream.conn._snd_wnd == 0, "the receiver advertises a closed window"
-        stream.abort()
+        assert conn._snd_wnd == 0, "the receiver advertises a closed window"
+        conn.abort()
     finally:
         await sender.stop()
         cluster.stop_all()

@@ -1,4 +1,4 @@
-"""The node's action pump, without processes or sockets."""
+"""The node core's action pump, without processes or sockets."""
 
 import logging
 
@@ -17,7 +17,7 @@ async def test_malformed_end_to_end_packet_is_dropped_not_raised(caplog):
     sender = NodeIdentity.generate().public_key
     # An IPv6 header whose payload length (0) disagrees with the one byte that follows.
     garbage_tcp = bytes([0x60]) + bytes(5) + bytes([6, 64]) + sender[:16] + node.identity.address + b"\x01"
-    node.apply([DeliverPacket(sender, garbage_tcp)])
+    node.core.apply([DeliverPacket(sender, garbage_tcp)], 0.0)
     assert node.inbox.get_nowait() is None
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert any(r.getMessage().startswith("dropped malformed DeliverPacket") for r in caplog.records)

@@ -1,11 +1,11 @@
-"""The Node: owns every layer, moves bytes and time between them.
+"""The Node: the asyncio driver of one NodeCore, and the API the bridge uses.
 
-Each protocol layer is a sans-IO object that takes an event and returns a
-list of actions. The node's whole job is to hand each action to the layer it
-is meant for (`_dispatch`), drive the timers, and expose an asyncio API to
-the bridge: `send`, `recv`, `request`, `topology`.
-
-    link frames <-> Router <-> SessionManager <-> Core <-> IPv6Device <-> TcpStack
+Every protocol decision lives in the sans-IO `NodeCore` (axl.node.core).
+This class only moves things in and out of it: frames between the core and
+the link manager's links, one loop timer at `core.get_timer()`, futures
+keyed by message handle for `send` and `request`, and the asynchronous
+MCP/A2A dispatch of inbound messages, whose verdict goes back to the core.
+It also formats the topology for the bridge.
 """
 
 from __future__ import annotations
@@ -13,31 +13,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from typing import Any
-
 from typing import Protocol
 
-from axl import routing, sessions
 from axl.config import ConfigError, NodeConfig
-from axl.core import Core, DeliverIPv6, SendMessage
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
+from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
-from axl.node.transport import Transport
-from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
-from axl.routing import PathFound, Router, SendFrame, SendTraffic
-from axl.sessions import SendPacket, SessionManager
+from axl.node.messages import (
+    Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
+)
+from axl.routing import SendFrame
 from axl.tasks import start_task
-from axl.wire import DecodeError
 
 log = logging.getLogger("axl.node")
-
-TICK_INTERVAL = 1.0
-# Yggdrasil's core MTU. Go AXL nodes advertise MSS 1220 and our TCP honours it,
-# so only Python peers, which advertise more, ever receive larger packets.
-CORE_MTU = 65535
 
 
 class DispatchOutcome(Protocol):
@@ -71,132 +61,103 @@ class Node:
         self.identity = identity
         self.key_origin = key_origin
         self.max_message_size = config.max_message_size
-        # Monotonic time drives every timer and duration below; Unix time
-        # is read only to mint the sequence numbers the wire carries.
-        self.router = Router(identity, now=time.monotonic(), wall_clock=time.time)
-        self.sessions = SessionManager(identity, wall_clock=time.time)
-        self.core = Core(
-            identity,
-            nodeinfo={"buildname": "axl-py", "buildversion": "0.1.0"},
-            peer_keys=self._connected_peer_keys,
-            tree_keys=lambda: [entry.key for entry in self.router.tree_entries()],
-            routing_entries=self.router.info_count,
-        )
-        self.device = IPv6Device(identity, mtu=CORE_MTU)
+        now = time.monotonic()
+        self.core = NodeCore(identity, MessageSettings.from_config(config), now,
+                             wall_clock=time.time,
+                             max_connections=config.max_concurrent_conns)
         self.links: dict[int, Link] = {}
         self.link_manager = LinkManager(
             identity, self,
             allowed_keys={bytes.fromhex(key) for key in config.allowed_public_keys},
         )
         self.inbox = Inbox(config.recv_queue_max_messages, config.recv_queue_max_bytes)
-        self.transport = Transport(self, config)
         self.inbound_handler = inbound_handler
-        self._pending: deque[Any] = deque()
-        self._dispatching = False
-        self._tick_task: asyncio.Task | None = None
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when: float | None = None
+        self._started = False
 
-    # -- the action pump -------------------------------------------------
+    # -- moving output out of the core ----------------------------------
 
-    def apply(self, actions: list[Any]) -> None:
-        """Queue actions and run them to completion, breadth first.
+    def _drain(self) -> None:
+        """After every call into the core: write its frames, settle its
+        events, and keep the loop timer at its deadline."""
+        core = self.core
+        links = self.links
+        for write in core.frames_to_send():
+            link = links.get(write.link_id)
+            if link is None:
+                continue
+            if isinstance(write, SendFrame):
+                link.send_frame(write.frame)
+            else:
+                link.send_traffic(write.frame, write.flow)
+        while (event := core.next_event()) is not None:
+            self._settle(event)
+        if self._started:
+            self._arm_timer()
 
-        Re-entrant calls (an action whose handler produces more actions)
-        only queue, so the stack never grows with the length of a chain.
-        """
-        self._pending.extend(actions)
-        if self._dispatching:
+    def _settle(self, event: object) -> None:
+        if isinstance(event, InboundMessage):
+            self._spawn(self._answer_inbound(event))
             return
-        self._dispatching = True
-        try:
-            while self._pending:
-                action = self._pending.popleft()
-                try:
-                    self._dispatch(action)
-                except DecodeError as exc:
-                    # End-to-end content (a TCP segment, an IPv6 packet) that a
-                    # remote node got wrong: drop it, never the link it came on.
-                    log.debug("dropped malformed %s: %s", type(action).__name__, exc)
-                except Exception:
-                    # A fault above the router must not travel back into the
-                    # link that carried the packet and close it (Go delivers
-                    # asynchronously, so a payload can never close a link).
-                    log.exception("dropped %s after an internal error", type(action).__name__)
-        finally:
-            self._dispatching = False
+        future = self._waiting.pop(event.handle, None)
+        if future is None or future.done():
+            return
+        if isinstance(event, Acknowledged):
+            future.set_result(None)
+        elif isinstance(event, ReplyReceived):
+            future.set_result(event.reply)
+        elif isinstance(event, SendFailed):
+            future.set_exception(event.error)
 
-    def _dispatch(self, action: Any) -> None:
-        now = time.monotonic()
-        match action:
-            case SendFrame(link_id=link_id, frame=frame):
-                link = self.links.get(link_id)
-                if link is not None:
-                    link.send_frame(frame)
-            case SendTraffic(link_id=link_id, frame=frame, flow=flow):
-                link = self.links.get(link_id)
-                if link is not None:
-                    link.send_traffic(frame, flow)
-            case routing.Deliver(source_key=source, payload=payload):
-                self._pending.extend(self.sessions.receive(source, payload, now))
-            case PathFound(key=key):
-                self._pending.extend(self.device.path_found(key, now))
-                self.transport.path_changed(key)
-            case SendPacket(dest_key=dest, packet=packet):
-                self._pending.extend(self.router.send(dest, packet, now))
-            case sessions.Deliver(source_key=source, message=message):
-                self._pending.extend(self.core.handle(source, message, now))
-            case SendMessage(dest_key=dest, message=message):
-                self._pending.extend(self.sessions.send(dest, message, now))
-            case DeliverIPv6(source_key=source, packet=packet):
-                self._pending.extend(self.device.read(source, packet, now))
-            case SendIPv6(key=key, packet=packet):
-                if key == self.identity.public_key:
-                    asyncio.get_running_loop().call_soon(self.transport.packet_received, key, packet)
-                else:
-                    self._pending.extend(self.sessions.send(key, self.core.wrap_ipv6(packet), now))
-            case Lookup(partial_key=partial):
-                self._pending.extend(self.router.lookup(partial, now))
-            case DeliverPacket(source_key=source, packet=packet):
-                self.transport.packet_received(source, packet)
-            case _:
-                log.debug("ignored action %r", action)
+    def _arm_timer(self) -> None:
+        """Keep one loop timer at the core's deadline; most calls leave the
+        deadline where it was, and then the timer is left alone."""
+        when = self.core.get_timer()
+        if self._timer is not None:
+            if when == self._timer_when:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if when is None:
+            return
+        delay = max(0.0, when - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        self._timer_when = when
 
-    def send_ipv6(self, packet: bytes) -> None:
-        """Entry point for the TCP stack's outgoing packets."""
-        self.apply(self.device.write(packet, time.monotonic()))
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.core.handle_timer(time.monotonic())
+        self._drain()
+
+    def _spawn(self, coro) -> None:
+        task = start_task(coro, log, "inbound message dispatch")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- link handler (called by the LinkManager) ------------------------
 
     def link_up(self, link: Link) -> None:
         self.links[link.link_id] = link
-        self.apply(self.router.add_link(link.link_id, link.remote_key, link.priority, time.monotonic()))
+        self.core.link_up(link.link_id, link.remote_key, link.priority, time.monotonic())
+        self._drain()
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
-        self.apply(self.router.handle_frame(link.link_id, ftype, body, time.monotonic()))
+        self.core.frame_received(link.link_id, ftype, body, time.monotonic())
+        self._drain()
 
     def link_down(self, link: Link, reason: str) -> None:
         if self.links.pop(link.link_id, None) is not None:
-            self.apply(self.router.remove_link(link.link_id, time.monotonic()))
-
-    def _connected_peer_keys(self) -> list[bytes]:
-        return [link.remote_key for link in self.links.values()]
-
-    # -- timers ----------------------------------------------------------
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL)
-            now = time.monotonic()
-            try:
-                self.apply(self.router.tick(now))
-                self.apply(self.sessions.tick(now))
-                self.device.tick(now)
-            except Exception:
-                log.exception("maintenance tick failed")
+            self.core.link_down(link.link_id, time.monotonic())
+            self._drain()
 
     # -- API for the bridge ----------------------------------------------
 
     async def send(self, dest_key: bytes, payload: bytes) -> None:
-        await self.transport.send_message(dest_key, payload)
+        handle = self.core.send_message(dest_key, payload, time.monotonic())
+        await self._outcome(handle)
 
     async def recv(self, wait: float) -> InboxMessage | None:
         return await self.inbox.get(wait)
@@ -206,7 +167,26 @@ class Node:
         self.inbox.give_back(messages)
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
-        return await self.transport.request(dest_key, payload, timeout)
+        handle = self.core.request(dest_key, payload, timeout, time.monotonic())
+        return await self._outcome(handle)
+
+    def _outcome(self, handle: int) -> asyncio.Future:
+        """The future the core's verdict on `handle` settles (its deadlines
+        bound the wait)."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[handle] = future
+        self._drain()
+        return future
+
+    async def _answer_inbound(self, event: InboundMessage) -> None:
+        try:
+            verdict = await self.deliver_inbound(event.sender, event.payload)
+        except Exception:
+            log.exception("inbound dispatch failed; refusing the message")
+            verdict = False
+        reply = verdict if isinstance(verdict, bytes) else None
+        self.core.answer_inbound(event.handle, verdict is not False, reply, time.monotonic())
+        self._drain()
 
     async def deliver_inbound(self, sender: bytes, message: bytes) -> bytes | None | bool:
         """An application message arrived: MCP/A2A dispatch, else the inbox.
@@ -241,7 +221,7 @@ class Node:
             }
             link = status.get("link")
             if link is not None and link.link_id in self.links:
-                view = self.router.peer_view(link.link_id)
+                view = self.core.router.peer_view(link.link_id)
                 if view is not None:
                     entry.update(root=view.root.hex(), port=view.port, coords=list(view.coords))
             peers.append(entry)
@@ -254,7 +234,7 @@ class Node:
                 "parent": "" if entry.is_root else entry.parent.hex(),
                 "sequence": entry.seq,
             }
-            for entry in self.router.live_tree_entries()
+            for entry in self.core.router.live_tree_entries()
         ]
 
     # -- life cycle ------------------------------------------------------
@@ -264,7 +244,8 @@ class Node:
         log.info("peer id %s (%s)", ident.peer_id, self.key_origin)
         log.info("address %s subnet %s/64", format_address(ident.address),
                  format_address(ident.subnet + bytes(8)))
-        self.transport.start()
+        self._started = True
+        self._arm_timer()
         await self.link_manager.start(self.config.listen)
         for uri in self.config.peers:
             self.link_manager.add_peer(uri)
@@ -272,10 +253,14 @@ class Node:
             log.info("MCP requests from peers go to %s/route", self.config.router_url)
         if self.config.a2a_url:
             log.info("A2A requests from peers go to %s", self.config.a2a_url)
-        self._tick_task = start_task(self._tick_forever(), log, "maintenance ticks")
 
     async def stop(self) -> None:
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-        await self.transport.stop()
+        self.core.abort_all(time.monotonic())
+        self._drain()
+        self._started = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in list(self._tasks):
+            task.cancel()
         await self.link_manager.stop()

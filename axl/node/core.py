@@ -1,0 +1,203 @@
+"""The node core: every protocol layer of one node composed, sans-IO.
+
+    link frames <-> Router <-> SessionManager <-> Core <-> IPv6Device <-> TcpStack <-> MessageLayer
+
+`NodeCore` takes events with a monotonic `now` (a link came up or went down,
+a frame arrived, the application sends or answers, the timer fired) and
+returns nothing directly: frames to write per link wait in
+`frames_to_send()`, application events in `next_event()`, and `get_timer()`
+is the one deadline the driver must wake it at. It holds no clock, no
+socket and no task, so the asyncio daemon (`axl.node.node`) and the
+simulator (`axl.sim`) run exactly the same protocol code.
+
+`now` is monotonic everywhere; only the router and the session manager read
+Unix time, through the injected `wall_clock`, to mint the sequence numbers
+the wire carries (without one, as in the simulator, `now` serves both).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from axl import routing, sessions
+from axl.core import Core, DeliverIPv6, SendMessage
+from axl.core.datagrams import CORE_MTU
+from axl.identity import NodeIdentity, address_for_key
+from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
+from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
+from axl.routing import PathFound, Router, SendFrame, SendTraffic
+from axl.sessions import KeyPairFactory, SendPacket, SessionManager, random_key_pair
+from axl.tcp.connection import TcpConfig
+from axl.tcp.stack import DEFAULT_MAX_CONNECTIONS, TcpStack
+from axl.wire import DecodeError
+
+log = logging.getLogger("axl.node")
+
+TICK_INTERVAL = 1.0
+NODEINFO = {"buildname": "axl-py", "buildversion": "0.1.0"}
+
+LinkWrite = SendFrame | SendTraffic
+
+
+class NodeCore:
+    """One node's protocol state, driven by events and one timer."""
+
+    def __init__(self, identity: NodeIdentity, settings: MessageSettings, now: float, *,
+                 wall_clock: Callable[[], float] | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 rng: random.Random | None = None,
+                 key_pairs: KeyPairFactory = random_key_pair) -> None:
+        self.identity = identity
+        self.links: dict[int, bytes] = {}
+        self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
+        self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock)
+        self.core = Core(
+            identity, nodeinfo=NODEINFO,
+            peer_keys=lambda: list(self.links.values()),
+            tree_keys=lambda: [entry.key for entry in self.router.tree_entries()],
+            routing_entries=self.router.info_count,
+        )
+        self.device = IPv6Device(identity, mtu=CORE_MTU)
+        # Every packet reaching this stack came out of an end-to-end session
+        # whose Poly1305 tag already proved each byte (or from this node
+        # itself), so re-checking the TCP checksum on receive would only
+        # cost time. Outgoing checksums are always computed: Go peers check.
+        # Received bytes hold the window until the message layer has them
+        # processed (receive back-pressure against a busy application).
+        self.stack = TcpStack(identity.address, max_connections=max_connections,
+                              config=TcpConfig(hold_until_consumed=True),
+                              verify_checksums=False, rng=rng)
+        self.messages = MessageLayer(self.stack, settings)
+        self._pending: deque[Any] = deque()
+        self._writes: list[LinkWrite] = []
+        self._next_tick = now + TICK_INTERVAL
+
+    # -- links ----------------------------------------------------------
+
+    def link_up(self, link_id: int, key: bytes, priority: int, now: float) -> None:
+        self.links[link_id] = key
+        self.apply(self.router.add_link(link_id, key, priority, now), now)
+
+    def link_down(self, link_id: int, now: float) -> None:
+        if self.links.pop(link_id, None) is not None:
+            self.apply(self.router.remove_link(link_id, now), now)
+
+    def frame_received(self, link_id: int, ftype: int, body: bytes, now: float) -> None:
+        """Raises DecodeError for a malformed frame: the link that carried it must close."""
+        self.apply(self.router.handle_frame(link_id, ftype, body, now), now)
+
+    def frames_to_send(self) -> list[LinkWrite]:
+        """Frames to write since the last call: SendFrame ahead of any queue,
+        SendTraffic (types 6-9) through the link's fair queue."""
+        writes, self._writes = self._writes, []
+        return writes
+
+    # -- the application ------------------------------------------------
+
+    def send_message(self, dest_key: bytes, payload: bytes, now: float) -> int:
+        """Start an acknowledged send; its outcome arrives as Acknowledged or SendFailed."""
+        handle = self.messages.send(dest_key, payload, now)
+        self.apply([], now)
+        return handle
+
+    def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
+        """Start a request; its outcome arrives as ReplyReceived or SendFailed."""
+        handle = self.messages.request(dest_key, payload, timeout, now)
+        self.apply([], now)
+        return handle
+
+    def answer_inbound(self, handle: int, accepted: bool, reply: bytes | None, now: float) -> None:
+        self.messages.answer_inbound(handle, accepted, reply, now)
+        self.apply([], now)
+
+    def next_event(self) -> MessageEvent | None:
+        return self.messages.next_event()
+
+    def abort_all(self, now: float) -> None:
+        """Reset every message connection (the node is stopping)."""
+        self.messages.abort_all()
+        self.apply([], now)
+
+    # -- time -----------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        timers = [t for t in (self._next_tick, self.stack.get_timer(), self.messages.get_timer())
+                  if t is not None]
+        return min(timers)
+
+    def handle_timer(self, now: float) -> None:
+        if now >= self._next_tick:
+            self._next_tick = max(self._next_tick + TICK_INTERVAL, now)
+            self._tick(now)
+        self.stack.handle_timer(now)
+        self.messages.handle_timer(now)
+        self.apply([], now)
+
+    def _tick(self, now: float) -> None:
+        try:
+            self.apply(self.router.tick(now), now)
+            self.apply(self.sessions.tick(now), now)
+            self.device.tick(now)
+        except Exception:
+            log.exception("maintenance tick failed")
+
+    # -- the action pump ------------------------------------------------
+
+    def apply(self, actions: list[Any], now: float) -> None:
+        """Run actions to completion, breadth first, then the TCP stack's
+        output, until nothing is left to do."""
+        pending = self._pending
+        pending.extend(actions)
+        while True:
+            while pending:
+                action = pending.popleft()
+                try:
+                    self._dispatch(action, now)
+                except DecodeError as exc:
+                    # End-to-end content (a TCP segment, an IPv6 packet) that a
+                    # remote node got wrong: drop it, never the link it came on.
+                    log.debug("dropped malformed %s: %s", type(action).__name__, exc)
+                except Exception:
+                    # A fault above the router must not travel back into the
+                    # link that carried the packet and close it (Go delivers
+                    # asynchronously, so a payload can never close a link).
+                    log.exception("dropped %s after an internal error", type(action).__name__)
+            self.messages.process(now)
+            packets = self.stack.packets_to_send(now)
+            if not packets:
+                return
+            for packet in packets:
+                pending.extend(self.device.write(packet, now))
+
+    def _dispatch(self, action: Any, now: float) -> None:
+        match action:
+            case SendFrame() | SendTraffic():
+                self._writes.append(action)
+            case routing.Deliver(source_key=source, payload=payload):
+                self._pending.extend(self.sessions.receive(source, payload, now))
+            case PathFound(key=key):
+                self._pending.extend(self.device.path_found(key, now))
+                self.stack.path_changed(address_for_key(key), now)
+            case SendPacket(dest_key=dest, packet=packet):
+                self._pending.extend(self.router.send(dest, packet, now))
+            case sessions.Deliver(source_key=source, message=message):
+                self._pending.extend(self.core.handle(source, message, now))
+            case SendMessage(dest_key=dest, message=message):
+                self._pending.extend(self.sessions.send(dest, message, now))
+            case DeliverIPv6(source_key=source, packet=packet):
+                self._pending.extend(self.device.read(source, packet, now))
+            case SendIPv6(key=key, packet=packet):
+                if key == self.identity.public_key:
+                    self._pending.append(DeliverPacket(key, packet))
+                else:
+                    self._pending.extend(self.sessions.send(key, self.core.wrap_ipv6(packet), now))
+            case Lookup(partial_key=partial):
+                self._pending.extend(self.router.lookup(partial, now))
+            case DeliverPacket(source_key=source, packet=packet):
+                self.messages.packet_received(source, packet, now)
+            case _:
+                log.debug("ignored action %r", action)

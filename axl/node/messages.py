@@ -1,0 +1,455 @@
+"""AXL's application protocol over the userspace TCP stack, sans-IO.
+
+Every message travels on its own TCP connection to port `tcp_port` of the
+destination's overlay address, as u32be length || body. The sender half-closes
+after the body and waits for the receiver's FIN: a receiver closes only after
+it has read everything, so that FIN is an end-to-end acknowledgement (it works
+against Go receivers too, which close on EOF). A receiver that cannot queue a
+message resets the connection instead, and the sender reports it refused.
+
+`MessageLayer` holds no clock and no task: it is told the time with each
+call, reads the TCP stack's events, and hands the application events
+(`Acknowledged`, `SendFailed`, `ReplyReceived`, `InboundMessage`) through
+`next_event()`. An inbound message waits for the application's answer
+(`answer_inbound`): accepted (the FIN follows once the sender finishes),
+refused (RST) or a reply written back on the same connection. Messages that
+arrive behind an unanswered one wait in order, and their bytes are reported
+consumed to TCP only once the application is free again: a sender facing a
+busy reader (an inbound MCP call can take a minute) is paused by a closed
+receive window instead of filling our memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from axl.config import NodeConfig
+from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.identity import address_for_key, key_for_address_bytes
+from axl.tcp import events as tcp_events
+from axl.tcp.connection import TcpConnection
+from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
+from axl.tcp.stack import TcpStack
+
+log = logging.getLogger("axl.transport")
+
+WRITE_CHUNK = 1 << 20
+REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
+                  "or the message exceeds its max_message_size")
+MAX_REMEMBERED_SENDERS = 4096
+# How long a receiver that closed waits for the sender's last ACK before it resets.
+CLOSE_WAIT = 10.0
+
+
+@dataclass(frozen=True)
+class MessageSettings:
+    """The message layer's limits, in seconds and bytes (from the node config)."""
+
+    port: int = 7000
+    max_message_size: int = 16 * 1024 * 1024
+    lookup_timeout: float = 10.0
+    send_timeout: float = 60.0
+    read_timeout: float = 60.0
+    idle_timeout: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: NodeConfig) -> MessageSettings:
+        return cls(config.tcp_port, config.max_message_size, config.lookup_timeout_secs,
+                   config.send_timeout_secs, config.conn_read_timeout_secs,
+                   config.conn_idle_timeout_secs)
+
+
+# -- what the application hears ------------------------------------------
+
+
+@dataclass
+class MessageEvent:
+    handle: int
+
+
+@dataclass
+class Acknowledged(MessageEvent):
+    """The receiver read the whole message and closed: it is delivered."""
+
+
+@dataclass
+class ReplyReceived(MessageEvent):
+    """A request's framed reply arrived."""
+
+    reply: bytes
+
+
+@dataclass
+class SendFailed(MessageEvent):
+    """A send or request ended without success; `error` says why in one line."""
+
+    error: DeliveryError
+
+    @property
+    def kind(self) -> str:
+        return type(self.error).__name__
+
+
+@dataclass
+class InboundMessage(MessageEvent):
+    """A whole message arrived; answer it with `answer_inbound(handle, ...)`."""
+
+    sender: bytes
+    payload: bytes
+
+
+# -- per-connection state --------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Stream:
+    conn: TcpConnection
+    peer_key: bytes
+    deadline: float | None = None
+    rest: memoryview = field(default_factory=lambda: memoryview(b""))
+
+
+@dataclass(eq=False)
+class _Outbound(_Stream):
+    handle: int = 0
+    want_reply: bool = False
+    connected: bool = False
+    reply_timeout: float = 0.0
+    final_deadline: float = 0.0
+    decoder: MessageDecoder | None = None
+
+
+@dataclass(eq=False)
+class _Inbound(_Stream):
+    decoder: MessageDecoder = field(default_factory=MessageDecoder)
+    waiting: deque[bytes] = field(default_factory=deque)
+    answering: int | None = None
+    unconsumed: int = 0
+    message_deadline: float | None = None
+    finished: bool = False
+    ended: bool = False
+    closing: bool = False
+
+
+class MessageLayer:
+    """Every message connection of one node: sends, requests and inbound ones."""
+
+    def __init__(self, stack: TcpStack, settings: MessageSettings) -> None:
+        self.stack = stack
+        self.settings = settings
+        self._handles = itertools.count(1)
+        self._streams: dict[TcpConnection, _Outbound | _Inbound] = {}
+        self._answers: dict[int, _Inbound] = {}
+        self._writers: dict[_Stream, None] = {}
+        self._events: deque[MessageEvent] = deque()
+        self._timers: list[tuple[float, int, _Stream]] = []
+        self._timer_seq = itertools.count()
+        # overlay address -> the full key its packets were last proven to come from
+        self._senders: OrderedDict[bytes, bytes] = OrderedDict()
+        stack.listen(settings.port)
+
+    # -- application side -----------------------------------------------
+
+    def send(self, dest_key: bytes, payload: bytes, now: float) -> int:
+        """Start one acknowledged message; raises MessageTooLarge at once."""
+        if len(payload) > self.settings.max_message_size:
+            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds max_message_size")
+        return self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None)
+
+    def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
+        """One envelope out, one framed reply back on the same connection."""
+        return self._open(dest_key, payload, now,
+                          now + min(timeout, self.settings.lookup_timeout), timeout)
+
+    def answer_inbound(self, handle: int, accepted: bool, reply: bytes | None, now: float) -> None:
+        """The application's verdict on an InboundMessage."""
+        stream = self._answers.pop(handle, None)
+        if stream is None:
+            return
+        stream.answering = None
+        if stream.ended:
+            self._advance(stream, now)
+            return
+        if not accepted:
+            log.warning("receive queue full: refused a message from %s", stream.peer_key.hex())
+            self._abort(stream)
+            return
+        if reply is not None:
+            stream.rest = memoryview(message_header(len(reply)) + reply)
+            self._writers[stream] = None
+            self._set_deadline(stream, now + self.settings.read_timeout)
+        self._advance(stream, now)
+
+    def next_event(self) -> MessageEvent | None:
+        return self._events.popleft() if self._events else None
+
+    def abort_all(self) -> None:
+        for stream in list(self._streams.values()):
+            stream.conn.abort()
+        self._streams.clear()
+        self._writers.clear()
+
+    # -- network side ---------------------------------------------------
+
+    def packet_received(self, source_key: bytes, packet: bytes, now: float) -> None:
+        """An IPv6 packet for our TCP stack, proven to come from `source_key`."""
+        self._remember_sender(packet[8:24], source_key)
+        self.stack.receive(packet, now)
+
+    def process(self, now: float) -> None:
+        """Take the stack's events, then write what the send buffers now take."""
+        stack = self.stack
+        while (event := stack.next_event()) is not None:
+            conn = event.connection
+            if isinstance(event, tcp_events.NewConnection):
+                self._accept(conn, now)
+                continue
+            stream = self._streams.get(conn)
+            if isinstance(stream, _Outbound):
+                self._outbound_event(stream, event, now)
+            elif stream is not None:
+                self._inbound_event(stream, event, now)
+        for stream in list(self._writers):
+            if stream.conn.send_space:
+                self._write(stream, now)
+
+    def get_timer(self) -> float | None:
+        timers = self._timers
+        while timers and timers[0][2].deadline != timers[0][0]:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    def handle_timer(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            when, _, stream = heapq.heappop(timers)
+            if stream.deadline != when:
+                continue
+            stream.deadline = None
+            if isinstance(stream, _Outbound):
+                self._outbound_expired(stream)
+            else:
+                self._inbound_expired(stream)
+
+    # -- outbound -------------------------------------------------------
+
+    def _open(self, dest_key: bytes, payload: bytes, now: float, connect_deadline: float,
+              reply_timeout: float | None) -> int:
+        """Connect with the framed message queued before the SYN leaves, as much
+        of it as the send buffer takes: it then rides on the handshake's final
+        ACK instead of waiting a round trip, and for a plain send the FIN rides
+        along too."""
+        conn = self.stack.connect(address_for_key(dest_key), self.settings.port, now=now)
+        conn.send(message_header(len(payload)))
+        rest = memoryview(payload)[conn.send(payload):]
+        want_reply = reply_timeout is not None
+        stream = _Outbound(conn, dest_key, rest=rest, handle=next(self._handles),
+                           want_reply=want_reply, reply_timeout=reply_timeout or 0.0,
+                           final_deadline=now + (reply_timeout or 0.0))
+        if want_reply:
+            stream.decoder = MessageDecoder(self.settings.max_message_size)
+        self._streams[conn] = stream
+        if rest:
+            self._writers[stream] = None
+        elif not want_reply:
+            conn.close()
+        self._set_deadline(stream, connect_deadline)
+        return stream.handle
+
+    def _outbound_event(self, stream: _Outbound, event: tcp_events.TcpEvent, now: float) -> None:
+        match event:
+            case tcp_events.Connected():
+                stream.connected = True
+                if not stream.want_reply:
+                    stream.final_deadline = now + self.settings.send_timeout
+                self._set_deadline(stream, stream.final_deadline)
+            case tcp_events.DataReceived(data=data):
+                stream.conn.consumed(len(data))
+                if stream.decoder is not None:
+                    self._reply_data(stream, data)
+            case tcp_events.PeerFinished() | tcp_events.Closed():
+                self._peer_finished(stream)
+            case tcp_events.Reset(reason=reason):
+                self._outbound_ended(stream, f"reset: {reason}")
+            case tcp_events.TimedOut():
+                self._outbound_ended(stream, "timed out")
+
+    def _reply_data(self, stream: _Outbound, data: bytes) -> None:
+        try:
+            replies = stream.decoder.feed(data)
+        except FrameTooLarge as exc:
+            self._fail(stream, DeliveryError(f"request to {stream.peer_key.hex()} failed: {exc}"))
+            stream.conn.close()
+            return
+        if replies:
+            self._finish(stream, ReplyReceived(stream.handle, replies[0]))
+            stream.conn.close()
+
+    def _peer_finished(self, stream: _Outbound) -> None:
+        dest = stream.peer_key.hex()
+        if stream.want_reply:
+            self._fail(stream, PeerUnreachable(f"{dest} closed the connection without replying"))
+            stream.conn.close()
+        elif stream.rest or stream.conn.unacknowledged:
+            # A receiver that read the message acknowledged every byte before
+            # its FIN; a FIN without that (a Go node over its connection limit
+            # closes at once) is a refusal, not a delivery.
+            stream.conn.abort()
+            self._fail(stream, ReceiverFull(f"{dest} closed the connection without reading the "
+                                            f"message: {REFUSAL_CAUSES}"))
+        else:
+            self._finish(stream, Acknowledged(stream.handle))
+
+    def _outbound_ended(self, stream: _Outbound, how: str) -> None:
+        dest = stream.peer_key.hex()
+        if not stream.connected:
+            error: DeliveryError = PeerUnreachable(f"{dest} refused the connection ({how})")
+        elif stream.want_reply:
+            error = DeliveryError(f"request to {dest} failed: {how}")
+        else:
+            error = ReceiverFull(f"{dest} refused the message ({how}): {REFUSAL_CAUSES}")
+        self._fail(stream, error)
+
+    def _outbound_expired(self, stream: _Outbound) -> None:
+        dest = stream.peer_key.hex()
+        if not stream.connected:
+            stream.conn.abort()
+            error: DeliveryError = PeerUnreachable(f"no route to {dest}: peer offline or unknown")
+        elif stream.want_reply:
+            stream.conn.close()
+            error = DeliveryTimeout(f"no reply from {dest} within {stream.reply_timeout:g}s")
+        else:
+            stream.conn.abort()
+            error = DeliveryTimeout(f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")
+        self._fail(stream, error)
+
+    def _fail(self, stream: _Outbound, error: DeliveryError) -> None:
+        self._finish(stream, SendFailed(stream.handle, error))
+
+    def _finish(self, stream: _Outbound, event: MessageEvent) -> None:
+        self._forget(stream)
+        self._events.append(event)
+
+    # -- inbound --------------------------------------------------------
+
+    def _remember_sender(self, address: bytes, key: bytes) -> None:
+        senders = self._senders
+        senders[address] = key
+        senders.move_to_end(address)
+        if len(senders) > MAX_REMEMBERED_SENDERS:
+            senders.popitem(last=False)
+
+    def _accept(self, conn: TcpConnection, now: float) -> None:
+        peer = self._senders.get(conn.remote_address) or key_for_address_bytes(conn.remote_address)
+        stream = _Inbound(conn, peer, decoder=MessageDecoder(self.settings.max_message_size))
+        self._streams[conn] = stream
+        self._set_deadline(stream, now + self.settings.idle_timeout)
+
+    def _inbound_event(self, stream: _Inbound, event: tcp_events.TcpEvent, now: float) -> None:
+        match event:
+            case tcp_events.DataReceived(data=data):
+                self._inbound_data(stream, data, now)
+            case tcp_events.PeerFinished():
+                stream.finished = True
+                self._advance(stream, now)
+            case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
+                stream.ended = True
+                self._streams.pop(stream.conn, None)
+                self._writers.pop(stream, None)
+                stream.deadline = None
+                self._advance(stream, now)
+
+    def _inbound_data(self, stream: _Inbound, data: bytes, now: float) -> None:
+        decoder = stream.decoder
+        try:
+            messages = decoder.feed(data)
+        except FrameTooLarge as exc:
+            log.warning("inbound message refused: %s", exc)
+            self._abort(stream)
+            return
+        if messages or not decoder.partial:
+            stream.message_deadline = None
+        stream.unconsumed += len(data)
+        stream.waiting.extend(messages)
+        self._advance(stream, now)
+
+    def _advance(self, stream: _Inbound, now: float) -> None:
+        """Hand the next waiting message to the application, or finish the connection."""
+        if stream.answering is not None:
+            return
+        if stream.unconsumed and not stream.ended:
+            stream.conn.consumed(stream.unconsumed)
+            stream.unconsumed = 0
+        if stream.waiting:
+            handle = next(self._handles)
+            stream.answering = handle
+            self._answers[handle] = stream
+            self._events.append(InboundMessage(handle, stream.peer_key, stream.waiting.popleft()))
+            if not stream.ended:
+                self._set_deadline(stream, None)
+            return
+        if stream.ended or stream.closing or stream.rest:
+            return
+        if stream.finished:
+            self._close_inbound(stream, now)
+        elif stream.decoder.partial:
+            if stream.message_deadline is None:
+                stream.message_deadline = now + self.settings.read_timeout
+            self._set_deadline(stream, stream.message_deadline)
+        else:
+            self._set_deadline(stream, now + self.settings.idle_timeout)
+
+    def _close_inbound(self, stream: _Inbound, now: float) -> None:
+        if stream.decoder.partial:
+            log.warning("connection from %s ended mid-message", stream.peer_key.hex())
+            self._abort(stream)
+            return
+        stream.closing = True
+        stream.conn.close()
+        self._set_deadline(stream, now + CLOSE_WAIT)
+
+    def _inbound_expired(self, stream: _Inbound) -> None:
+        if not stream.closing:
+            log.info("inbound connection idle or stalled: closing")
+        self._abort(stream)
+
+    def _abort(self, stream: _Inbound) -> None:
+        stream.conn.abort()
+        stream.ended = True
+        stream.waiting.clear()
+        self._forget(stream)
+
+    # -- shared ---------------------------------------------------------
+
+    def _write(self, stream: _Stream, now: float) -> None:
+        """Move what the send buffer takes; a finished send half-closes."""
+        conn = stream.conn
+        rest = stream.rest
+        while rest:
+            accepted = conn.send(rest[:WRITE_CHUNK])
+            if not accepted:
+                break
+            rest = rest[accepted:]
+        stream.rest = rest
+        if rest:
+            return
+        del self._writers[stream]
+        if isinstance(stream, _Outbound):
+            if not stream.want_reply:
+                conn.close()
+        else:
+            self._advance(stream, now)
+
+    def _set_deadline(self, stream: _Stream, when: float | None) -> None:
+        stream.deadline = when
+        if when is not None:
+            heapq.heappush(self._timers, (when, next(self._timer_seq), stream))
+
+    def _forget(self, stream: _Stream) -> None:
+        stream.deadline = None
+        self._streams.pop(stream.conn, None)
+        self._writers.pop(stream, None)

@@ -1,0 +1,134 @@
+"""NodeCore end to end without sockets or sleeps: two cores joined by an
+in-memory link on a virtual clock, every layer from tree frames to the
+message acknowledgement."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.identity import NodeIdentity
+from axl.node.core import NodeCore
+from axl.node.messages import (
+    Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
+)
+from axl.routing.frames import split_frame
+
+SETTINGS = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
+
+
+class Pair:
+    """Two cores on one link; frames arrive at once, time jumps to the next timer."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), SETTINGS, self.now,
+                               rng=random.Random(n)) for n in (1, 2)]
+        self.events: list[list[MessageEvent]] = [[], []]
+        for index, core in enumerate(self.cores):
+            core.link_up(1, self.cores[1 - index].identity.public_key, 0, self.now)
+
+    @property
+    def keys(self) -> list[bytes]:
+        return [core.identity.public_key for core in self.cores]
+
+    def pump(self) -> bool:
+        moved = False
+        for index, core in enumerate(self.cores):
+            for write in core.frames_to_send():
+                ftype, body = split_frame(write.frame)
+                self.cores[1 - index].frame_received(1, ftype, body, self.now)
+                moved = True
+            while (event := core.next_event()) is not None:
+                self.events[index].append(event)
+                moved = True
+        return moved
+
+    def run(self, seconds: float) -> None:
+        end = self.now + seconds
+        while True:
+            while self.pump():
+                pass
+            due = min(core.get_timer() for core in self.cores)
+            if due > end:
+                self.now = end
+                return
+            self.now = max(self.now, due)
+            for core in self.cores:
+                if core.get_timer() <= self.now:
+                    core.handle_timer(self.now)
+
+    def take(self, index: int, kind: type) -> list:
+        found = [event for event in self.events[index] if isinstance(event, kind)]
+        self.events[index] = [event for event in self.events[index] if not isinstance(event, kind)]
+        return found
+
+
+@pytest.fixture
+def pair() -> Pair:
+    pair = Pair()
+    pair.run(3.0)
+    return pair
+
+
+def test_send_is_acknowledged_once_the_receiver_accepts(pair):
+    handle = pair.cores[0].send_message(pair.keys[1], b"hello", pair.now)
+    pair.run(1.0)
+    [inbound] = pair.take(1, InboundMessage)
+    assert (inbound.sender, inbound.payload) == (pair.keys[0], b"hello")
+    assert pair.take(0, Acknowledged) == []  # nothing before the application's answer
+    pair.cores[1].answer_inbound(inbound.handle, True, None, pair.now)
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [handle]
+
+
+def test_refused_message_fails_as_receiver_full(pair):
+    handle = pair.cores[0].send_message(pair.keys[1], b"no room", pair.now)
+    pair.run(1.0)
+    [inbound] = pair.take(1, InboundMessage)
+    pair.cores[1].answer_inbound(inbound.handle, False, None, pair.now)
+    pair.run(1.0)
+    [failed] = pair.take(0, SendFailed)
+    assert failed.handle == handle and isinstance(failed.error, ReceiverFull)
+
+
+def test_request_gets_the_reply_on_the_same_connection(pair):
+    handle = pair.cores[0].request(pair.keys[1], b"question", 5.0, pair.now)
+    pair.run(1.0)
+    [inbound] = pair.take(1, InboundMessage)
+    pair.cores[1].answer_inbound(inbound.handle, True, b"answer", pair.now)
+    pair.run(1.0)
+    [reply] = pair.take(0, ReplyReceived)
+    assert (reply.handle, reply.reply) == (handle, b"answer")
+
+
+def test_large_message_crosses_many_segments_intact(pair):
+    payload = random.Random(7).randbytes(300_000)
+    pair.cores[0].send_message(pair.keys[1], payload, pair.now)
+    pair.run(2.0)
+    [inbound] = pair.take(1, InboundMessage)
+    assert inbound.payload == payload
+
+
+def test_unknown_destination_fails_unreachable_after_the_lookup_timeout(pair):
+    start = pair.now
+    handle = pair.cores[0].send_message(NodeIdentity.from_seed(b"\x09" * 32).public_key, b"x", pair.now)
+    pair.run(SETTINGS.lookup_timeout - 0.5)
+    assert pair.take(0, SendFailed) == []
+    pair.run(1.0)
+    [failed] = pair.take(0, SendFailed)
+    assert failed.handle == handle and isinstance(failed.error, PeerUnreachable)
+    assert pair.now - start >= SETTINGS.lookup_timeout
+
+
+def test_oversized_payload_is_refused_before_anything_is_sent(pair):
+    with pytest.raises(MessageTooLarge):
+        pair.cores[0].send_message(pair.keys[1], bytes(SETTINGS.max_message_size + 1), pair.now)
+    assert pair.cores[0].frames_to_send() == []
+
+
+def test_one_timer_covers_the_maintenance_tick():
+    pair = Pair()
+    assert pair.cores[0].get_timer() <= pair.now + 1.0
