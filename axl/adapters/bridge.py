@@ -34,7 +34,7 @@ from axl.adapters.jsonrpc import (
     rekeyed,
 )
 from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
-from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body
+from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
 from axl.wire import DecodeError, KEY_SIZE
 
@@ -304,11 +304,12 @@ def add_agent_routes(app: web.Application, requester: Requester, settings: Agent
     mcp = _McpRoutes(requester, settings)
     a2a = _A2aRoutes(requester, settings)
     mcp_path = "/mcp/{peer_id}/{service:.+}"
-    app.router.add_post(mcp_path, mcp.post)
+    early = refuse_oversized_early(settings.max_message_size)
+    app.router.add_post(mcp_path, mcp.post, expect_handler=early)
     app.router.add_delete(mcp_path, mcp.delete)
     app.router.add_get(mcp_path, mcp.get, allow_head=False)
     for path in ("/a2a/{peer_id}", "/a2a/{peer_id}/"):
         app.router.add_get(path, a2a.card, allow_head=False)
-        app.router.add_post(path, a2a.post)
+        app.router.add_post(path, a2a.post, expect_handler=early)
     for card_name in ("agent-card.json", "agent.json"):
         app.router.add_get(f"/a2a/{{peer_id}}/.well-known/{card_name}", a2a.card, allow_head=False)

@@ -21,7 +21,7 @@ from axl.errors import (
     PeerUnreachable,
     ReceiverFull,
 )
-from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body
+from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
 from axl.node.inbox import InboxMessage
 
@@ -184,7 +184,7 @@ def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = Non
     app["clients"] = clients or ClientWatch()
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
-    app.router.add_post("/send", handle_send)
+    app.router.add_post("/send", handle_send, expect_handler=refuse_oversized_early(node.max_message_size))
     app.router.add_get("/recv", handle_recv)
     add_agent_routes(app, node, agent_settings or AgentBridgeSettings(
         mcp_timeout=float(node.config.mcp_timeout_secs),
