@@ -16,6 +16,7 @@ from axl.identity import NodeIdentity
 from axl.link.framing import KEEPALIVE_FRAME, FrameType, encode_frame
 from axl.link.manager import Link, LinkManager
 from axl.link.meta import decode_meta, encode_meta
+from axl.link.tls import server_context
 from axl.wire import DecodeError
 
 WAIT = 5.0
@@ -394,3 +395,56 @@ async def test_redialing_survives_an_unexpected_error(managers, monkeypatch, cap
         await at_client.until(lambda: at_client.ups)
     assert len(attempts) >= 2
     assert "unexpected failure in one attempt" in caplog.text
+
+
+async def _impostor_server(cert_identity: NodeIdentity, meta_identity: NodeIdentity,
+                           tls_version: ssl.TLSVersion) -> tuple[asyncio.Server, int, list[bytes]]:
+    """A TLS listener presenting one node's certificate and another's meta, as a replay would."""
+    context = server_context(cert_identity)
+    context.minimum_version = context.maximum_version = tls_version
+    handshakes: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handshakes.append(b"tls")
+        writer.write(encode_meta(meta_identity, 0))
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    return server, server.sockets[0].getsockname()[1], handshakes
+
+
+async def test_tls_server_whose_certificate_is_not_its_meta_key_is_refused(managers, caplog) -> None:
+    server, port, handshakes = await _impostor_server(ID_C, ID_A, ssl.TLSVersion.TLSv1_3)
+    try:
+        client, at_client = managers(ID_B)
+        client.add_peer(f"tls://127.0.0.1:{port}?key={ID_A.public_key.hex()}")
+        await Recorder.until(lambda: "differs from the meta key" in caplog.text)
+        assert handshakes and not at_client.ups
+        assert f"TLS certificate key {ID_C.public_key.hex()} differs from the meta key" in caplog.text
+    finally:
+        server.close()
+
+
+async def test_tls_server_with_its_own_certificate_links(managers) -> None:
+    server, port, _ = await _impostor_server(ID_A, ID_A, ssl.TLSVersion.TLSv1_3)
+    try:
+        client, at_client = managers(ID_B)
+        client.add_peer(f"tls://127.0.0.1:{port}?key={ID_A.public_key.hex()}")
+        await at_client.until(lambda: at_client.ups)
+    finally:
+        server.close()
+
+
+async def test_tls_1_2_only_server_is_refused(managers, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    server, port, handshakes = await _impostor_server(ID_A, ID_A, ssl.TLSVersion.TLSv1_2)
+    try:
+        client, at_client = managers(ID_B)
+        client.add_peer(f"tls://127.0.0.1:{port}")
+        await Recorder.until(lambda: "dial tls://127.0.0.1" in caplog.text)
+        await asyncio.sleep(0.3)
+        assert not handshakes and not at_client.ups
+        assert "our dialers require TLS 1.3" in caplog.text
+    finally:
+        server.close()

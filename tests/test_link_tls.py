@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from axl.identity import NodeIdentity
-from axl.link.tls import client_context, make_certificate, server_context
+from axl.link.tls import certificate_ed25519_key, client_context, make_certificate, server_context
 
 IDENTITY = NodeIdentity.from_seed(bytes(range(32)))
 
@@ -68,13 +68,12 @@ def test_certificate_bytes_equal_an_independent_encoder() -> None:
         assert make_certificate(IDENTITY, now) == reference_certificate(IDENTITY, now)
 
 
-def test_contexts_follow_go_versions_and_verify_nothing() -> None:
+def test_contexts_require_tls_1_3_and_verify_no_chain() -> None:
     server = server_context(IDENTITY)
     assert server.minimum_version == ssl.TLSVersion.TLSv1_3
     assert server.verify_mode == ssl.CERT_NONE
     client = client_context(IDENTITY)
-    assert client.minimum_version == ssl.TLSVersion.TLSv1_2
-    assert client.maximum_version == ssl.TLSVersion.TLSv1_3
+    assert client.minimum_version == ssl.TLSVersion.TLSv1_3
     assert client.check_hostname is False and client.verify_mode == ssl.CERT_NONE
 
 
@@ -84,3 +83,11 @@ def test_key_material_does_not_stay_on_disk() -> None:
     server_context(IDENTITY)
     client_context(IDENTITY)
     assert set(tmp.glob("axl-tls-*")) == before
+
+
+def test_certificate_key_is_read_back_and_garbage_is_not_a_key() -> None:
+    der = make_certificate(IDENTITY)
+    assert certificate_ed25519_key(der) == IDENTITY.public_key
+    assert certificate_ed25519_key(der[:200]) is None
+    assert certificate_ed25519_key(b"\x30\x03\x02\x01\x01") is None
+    assert certificate_ed25519_key(b"") is None

@@ -22,6 +22,7 @@ from axl.link.framing import KEEPALIVE_FRAME, FrameDecoder, FrameType
 from axl.link.liveness import LivenessAction, LivenessMonitor
 from axl.link.meta import LinkMeta, decode_meta, encode_meta, meta_bytes_needed
 from axl.link.queue import FairQueue
+from axl.link.tls import peer_certificate_key
 from axl.link.uri import PeerURI
 from axl.wire import DecodeError, decode_uvarint
 
@@ -32,6 +33,9 @@ _link_ids = itertools.count(1)
 _FIRST_HANDLED_TYPE = FrameType.SIGREQ
 CLOSE_GRACE = 1.0
 COALESCE_BYTES = 64 * 1024
+CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
+"""Dialed schemes whose server is a node listener with a certificate made from its key
+(wss reaches a web server or reverse proxy, whose certificate is its own)."""
 
 
 class HandshakeRefused(Exception):
@@ -189,7 +193,13 @@ class Connection(asyncio.Protocol):
             self._receive_frames(rest)
 
     def _check_remote(self, meta: LinkMeta) -> None:
-        """Go's post-handshake checks, in Go's order."""
+        """Go's post-handshake checks, in Go's order, after our certificate check."""
+        if not self.inbound and self.uri.scheme in CERTIFIED_SCHEMES:
+            cert_key = peer_certificate_key(self._raw_transport)
+            if cert_key != meta.key:
+                raise HandshakeRefused(
+                    f"TLS certificate key {cert_key.hex() if cert_key else '(not Ed25519)'} "
+                    f"differs from the meta key {meta.key.hex()}")
         pinned = self.uri.pinned_keys
         if not self.inbound and pinned and meta.key not in pinned:
             raise HandshakeRefused(f"key {meta.key.hex()} does not match the pinned key")

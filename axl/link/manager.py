@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -181,7 +182,7 @@ class LinkManager:
                 self._settings.handshake_timeout,
             )
         except OSError as exc:
-            self.log.info("dial %s failed: %s", uri, exc or type(exc).__name__)
+            self.log.info("dial %s failed: %s", uri, _dial_failure(uri, exc))
             return False
         assert isinstance(connection, Connection)
         peer.connection = connection
@@ -238,3 +239,11 @@ class LinkManager:
         self._servers.clear()
         self._peers.clear()
         self._inbound.clear()
+
+
+def _dial_failure(uri: PeerURI, exc: OSError) -> str:
+    """A dial error for the log; a TLS server that drops our hello is most often pre-1.3."""
+    detail = str(exc) or type(exc).__name__
+    if uri.scheme in ("tls", "sockstls", "wss") and isinstance(exc, (ssl.SSLError, ConnectionResetError)):
+        detail += " (TLS handshake failed; our dialers require TLS 1.3)"
+    return detail

@@ -1,8 +1,16 @@
 """TLS for `tls://` links.
 
 Yggdrasil verifies nothing at the TLS layer: the peer's identity comes from
-the meta handshake. The certificate only has to look like Go's (self-signed
+the meta handshake. The certificate has to look like Go's (self-signed
 Ed25519, CN = hex key) so Go peers and tools see what they expect.
+
+Our dialers go one step further than Go's. They require TLS 1.3 (Go's
+listeners offer nothing older, so only non-Yggdrasil servers are lost), and
+a `tls://` or `sockstls://` dialer checks that the server's certificate
+holds the key its meta handshake claims: Go derives the certificate from the
+node key, so a server that replays another node's meta (to pass `?key=`
+pinning) cannot also present that node's certificate, whose private key it
+lacks (TLS 1.3 makes the server sign the handshake with it).
 """
 
 from __future__ import annotations
@@ -66,6 +74,49 @@ def make_certificate(identity: NodeIdentity, now: datetime.datetime | None = Non
     return _der(0x30, tbs + algorithm + _der(0x03, b"\0" + identity.sign(tbs)))
 
 
+def _der_element(der: bytes, pos: int) -> tuple[int, int, int]:
+    """Tag, content start and content end of the DER element at `pos`."""
+    if pos + 2 > len(der):
+        raise ValueError("truncated DER")
+    tag, first, start = der[pos], der[pos + 1], pos + 2
+    size = first
+    if first >= 0x80:
+        count = first & 0x7F
+        if not 1 <= count <= 4:
+            raise ValueError("bad DER length")
+        size = int.from_bytes(der[start:start + count], "big")
+        start += count
+    if start + size > len(der):
+        raise ValueError("truncated DER")
+    return tag, start, start + size
+
+
+def certificate_ed25519_key(der: bytes) -> bytes | None:
+    """The Ed25519 public key a DER certificate carries, None for any other key or bad DER."""
+    try:
+        _, tbs, _ = _der_element(der, _der_element(der, 0)[1])
+        tag, _, end = _der_element(der, tbs)
+        pos = end if tag == 0xA0 else tbs  # the optional version
+        for _ in range(5):  # serial, signature algorithm, issuer, validity, subject
+            pos = _der_element(der, pos)[2]
+        _, spki, _ = _der_element(der, pos)
+        _, algorithm, algorithm_end = _der_element(der, spki)
+        tag, key, key_end = _der_element(der, algorithm_end)
+    except ValueError:
+        return None
+    if der[algorithm:algorithm_end] != OID_ED25519 or tag != 0x03 or der[key:key_end][:1] != b"\0":
+        return None
+    return der[key + 1:key_end] if key_end - key == 33 else None
+
+
+def peer_certificate_key(transport: object) -> bytes | None:
+    """The Ed25519 key of the certificate the other end of a TLS transport presented."""
+    get_extra_info = getattr(transport, "get_extra_info", None)
+    ssl_object = get_extra_info("ssl_object") if get_extra_info is not None else None
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    return certificate_ed25519_key(der) if der else None
+
+
 def _load_chain(context: ssl.SSLContext, identity: NodeIdentity) -> None:
     """`ssl` only loads keys from files: write them into a private
     directory and remove it as soon as they are loaded."""
@@ -91,10 +142,9 @@ def server_context(identity: NodeIdentity) -> ssl.SSLContext:
 
 
 def client_context(identity: NodeIdentity) -> ssl.SSLContext:
-    """Dialer side: TLS 1.2-1.3, no verification, our certificate offered."""
+    """Dialer side: TLS 1.3 only, no chain verification, our certificate offered."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.maximum_version = ssl.TLSVersion.TLSv1_3
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     _load_chain(context, identity)
