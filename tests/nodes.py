@@ -163,6 +163,13 @@ class Cluster:
                          for n in self.nodes if n.log_path.exists())
 
 
+def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Prometheus text parsed into {(sample name, sorted label pairs): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 def up_peers(node: NodeProcess) -> set[str]:
     return {p["public_key"] for p in node.get_json("/topology")["peers"] if p["up"]}
 

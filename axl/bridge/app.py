@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Protocol
 
 from aiohttp import ClientConnectionError, web
@@ -24,6 +25,8 @@ from axl.errors import (
 from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
 from axl.node.inbox import InboxMessage
+from axl.observe import add_observability
+from axl.observe.view import ObservedNode
 
 log = logging.getLogger("axl.bridge")
 
@@ -31,8 +34,8 @@ MAX_RECV_WAIT = 300.0
 DEST_HEADER = "X-Destination-Peer-Id"
 
 
-class BridgeNode(Protocol):
-    """What the bridge needs from the node."""
+class BridgeNode(ObservedNode, Protocol):
+    """What the bridge needs from the node (and, through ObservedNode, its dashboard)."""
 
     max_message_size: int
     config: NodeConfig
@@ -116,19 +119,30 @@ async def handle_send(request: web.Request) -> web.Response:
     try:
         dest = parse_peer_id(header.strip().lower())
     except ValueError:
+        node.stats.send_finished(None, 0, 400, None, time.time())
         return text_error(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
+    response, size, ack_seconds = await _deliver(request, node, dest)
+    node.stats.send_finished(dest, size, response.status, ack_seconds, time.time())
+    return response
+
+
+async def _deliver(request: web.Request, node: BridgeNode,
+                   dest: bytes) -> tuple[web.Response, int, float | None]:
+    """Read the body and send it: (answer, payload size, seconds from send to acknowledgement)."""
     try:
         payload = await read_limited_body(request, node.max_message_size,
                                           float(node.config.conn_read_timeout_secs))
     except BodyTimeout as exc:
-        return await answer_and_close(request, text_error(408, str(exc)))
+        return await answer_and_close(request, text_error(408, str(exc))), 0, None
     except DeliveryError as exc:
-        return await answer_and_close(request, text_error(status_for(exc), str(exc)))
+        return await answer_and_close(request, text_error(status_for(exc), str(exc))), 0, None
+    started = time.monotonic()
     try:
         await node.send(dest, payload)
     except DeliveryError as exc:
-        return text_error(status_for(exc), str(exc))
-    return web.Response(status=200, headers={"X-Sent-Bytes": str(len(payload))})
+        return text_error(status_for(exc), str(exc)), len(payload), None
+    acked = time.monotonic() - started
+    return web.Response(status=200, headers={"X-Sent-Bytes": str(len(payload))}), len(payload), acked
 
 
 async def handle_recv(request: web.Request) -> web.StreamResponse:
@@ -186,6 +200,7 @@ def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = Non
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send, expect_handler=refuse_oversized_early(node.max_message_size))
     app.router.add_get("/recv", handle_recv)
+    add_observability(app, node)
     add_agent_routes(app, node, agent_settings or AgentBridgeSettings(
         mcp_timeout=float(node.config.mcp_timeout_secs),
         a2a_timeout=float(node.config.a2a_timeout_secs),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from axl.identity import NodeIdentity, peer_id
+from axl.link.counters import LinkCounters, smoothed_rtt
 from axl.link.framing import KEEPALIVE_FRAME, FrameDecoder, FrameType
 from axl.link.liveness import LivenessAction, LivenessMonitor
 from axl.link.meta import LinkMeta, decode_meta, encode_meta, meta_bytes_needed
@@ -76,6 +77,7 @@ class Link:
         self.uri = connection.uri_text
         self.inbound = connection.inbound
         self.remote_addr = connection.remote_addr
+        self.counters = connection.counters
         self._connection = connection
 
     @property
@@ -93,6 +95,10 @@ class Link:
     @property
     def dropped_frames(self) -> int:
         return self._connection.queue.dropped
+
+    def rtt(self) -> float | None:
+        """The kernel's smoothed round-trip time on this link's socket, in seconds."""
+        return smoothed_rtt(self._connection.socket)
 
     def send_frame(self, frame: bytes) -> None:
         """Write a tree frame or keepalive now, ahead of any queued traffic."""
@@ -121,6 +127,8 @@ class Connection(asyncio.Protocol):
         self.remote_addr: tuple[Any, ...] | None = None
         self.link: Link | None = None
         self.closed = False
+        self.counters = LinkCounters()
+        self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
@@ -153,7 +161,8 @@ class Connection(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses; both fit.
         self._raw_transport = transport  # type: ignore[assignment]
         self.remote_addr = transport.get_extra_info("peername")
-        enable_tcp_keepalive(transport.get_extra_info("socket"))
+        self.socket = transport.get_extra_info("socket")
+        enable_tcp_keepalive(self.socket)
         if self.inbound:
             self.uri_text = self.who
         self._handshake_timer = self._loop.call_later(
@@ -238,9 +247,12 @@ class Connection(asyncio.Protocol):
         assert link is not None
         handler = self.settings.handler
         monitor = self._monitor
+        counters = self.counters
+        counters.bytes_in += len(data)
         now = self._loop.time()
         try:
             for ftype, body in self._decoder.feed(data):
+                counters.frames_in += 1
                 monitor.on_received(ftype, now)
                 if ftype >= _FIRST_HANDLED_TYPE:
                     handler.frame_received(link, ftype, body)
@@ -282,6 +294,8 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._write_unwritten)
         self._unwritten.append(frame)
         self._unwritten_bytes += len(frame)
+        self.counters.bytes_out += len(frame)
+        self.counters.frames_out += 1
         if self._unwritten_bytes >= COALESCE_BYTES:
             self._write_unwritten()
         self._monitor.on_sent(frame_type_of(frame), self._loop.time())

@@ -21,6 +21,7 @@ from axl.link.manager import Link, LinkManager
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
+from axl.node.stats import NodeStats
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
@@ -61,6 +62,7 @@ class Node:
         self.identity = identity
         self.key_origin = key_origin
         self.max_message_size = config.max_message_size
+        self.stats = NodeStats(time.time())
         now = time.monotonic()
         self.core = NodeCore(identity, MessageSettings.from_config(config), now,
                              wall_clock=time.time,
@@ -141,6 +143,7 @@ class Node:
 
     def link_up(self, link: Link) -> None:
         self.links[link.link_id] = link
+        self.stats.link_up(link.remote_key, link.link_id, link.counters, time.time())
         self.core.link_up(link.link_id, link.remote_key, link.priority, time.monotonic())
         self._drain()
 
@@ -149,6 +152,7 @@ class Node:
         self._drain()
 
     def link_down(self, link: Link, reason: str) -> None:
+        self.stats.link_down(link.remote_key, link.link_id, reason, time.time())
         if self.links.pop(link.link_id, None) is not None:
             self.core.link_down(link.link_id, time.monotonic())
             self._drain()
@@ -194,6 +198,7 @@ class Node:
         Returns the reply to write back (bytes), None when nothing is to be
         written, or False when the inbox refused the message.
         """
+        self.stats.message_received(sender, len(message), time.time())
         handler = self.inbound_handler
         if handler is not None:
             result = await handler.dispatch(sender, message)
@@ -210,6 +215,9 @@ class Node:
             "peers": self._peer_list(),
             "tree": self._tree_list(),
         }
+
+    def session_count(self) -> int:
+        return len(self.core.sessions.session_keys())
 
     def _peer_list(self) -> list[dict]:
         peers = []

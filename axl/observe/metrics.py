@@ -1,0 +1,175 @@
+"""Prometheus exposition of a node's counters.
+
+The hot path only bumps plain integers (axl.node.stats, axl.link.counters);
+this collector turns them into metric families when someone scrapes, so a
+message costs no prometheus_client call. Each node gets its own registry:
+two nodes in one process never share a metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from axl import __version__
+from axl.node.stats import Histogram, NodeStats
+from axl.observe.view import ObservedNode
+
+HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0)
+
+
+@dataclass
+class HttpStats:
+    """Bridge requests by route template (a bounded set) and status code."""
+
+    requests: dict[tuple[str, int], int] = field(default_factory=dict)
+    durations: dict[str, Histogram] = field(default_factory=dict)
+
+    def observe(self, route: str, code: int, seconds: float) -> None:
+        key = (route, code)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        histogram = self.durations.get(route)
+        if histogram is None:
+            histogram = self.durations[route] = Histogram(HTTP_BUCKETS)
+        histogram.observe(seconds)
+
+
+def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
+    return [("+Inf" if bound == float("inf") else repr(bound), count)
+            for bound, count in histogram.cumulative()]
+
+
+class NodeCollector:
+    """Reads the node's numbers at scrape time."""
+
+    def __init__(self, node: ObservedNode, http: HttpStats) -> None:
+        self.node = node
+        self.http = http
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._identity()
+        yield from self._messages(self.node.stats)
+        yield from self._peerings()
+        yield from self._destinations(self.node.stats)
+        yield from self._queues()
+        yield from self._http()
+
+    def _identity(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("axl_build_info", "Version of this node; the value is always 1.",
+                                 labels=["version", "public_key"])
+        info.add_metric([__version__, self.node.identity.peer_id], 1)
+        yield info
+        yield GaugeMetricFamily("axl_start_time_seconds", "When the node started (Unix time).",
+                                value=self.node.stats.started_at)
+
+    def _messages(self, stats: NodeStats) -> Iterator[Metric]:
+        sent = CounterMetricFamily("axl_messages_sent", "POST /send answers, by HTTP status.",
+                                   labels=["status"])
+        for status, count in sorted(stats.sent_by_status.items()):
+            sent.add_metric([str(status)], count)
+        yield sent
+        yield CounterMetricFamily("axl_messages_received",
+                                  "Messages that arrived whole from the overlay.",
+                                  value=stats.messages_received)
+        payload = CounterMetricFamily("axl_payload_bytes",
+                                      "Application payload bytes delivered (out) and arrived (in).",
+                                      labels=["direction"])
+        payload.add_metric(["in"], stats.payload_in)
+        payload.add_metric(["out"], stats.payload_out)
+        yield payload
+        ack = HistogramMetricFamily("axl_send_ack_seconds",
+                                    "Time from handing a message to the overlay to its acknowledgement.")
+        ack.add_metric([], _buckets(stats.ack_seconds), stats.ack_seconds.total)
+        yield ack
+
+    def _peerings(self) -> Iterator[Metric]:
+        peers = self.node.topology()["peers"]
+        up = sum(1 for peer in peers if peer["up"])
+        state = GaugeMetricFamily("axl_peers", "Configured and inbound peerings by state.",
+                                  labels=["state"])
+        state.add_metric(["up"], up)
+        state.add_metric(["down"], len(peers) - up)
+        yield state
+        link_bytes = CounterMetricFamily("axl_link_bytes", "Bytes on direct peerings, framing included.",
+                                         labels=["peer", "direction"])
+        link_frames = CounterMetricFamily("axl_link_frames", "Frames on direct peerings.",
+                                          labels=["peer", "direction"])
+        reconnects = CounterMetricFamily("axl_peer_reconnects",
+                                         "Times a peering came up again after the first time.",
+                                         labels=["peer"])
+        for key, peer in self.node.stats.peers.items():
+            label, totals = key.hex(), peer.totals()
+            link_bytes.add_metric([label, "in"], totals.bytes_in)
+            link_bytes.add_metric([label, "out"], totals.bytes_out)
+            link_frames.add_metric([label, "in"], totals.frames_in)
+            link_frames.add_metric([label, "out"], totals.frames_out)
+            reconnects.add_metric([label], peer.reconnects)
+        rtt = GaugeMetricFamily("axl_link_rtt_seconds",
+                                "Kernel smoothed round-trip time of each live peering's socket.",
+                                labels=["peer"])
+        for link in list(self.node.links.values()):
+            seconds = link.rtt()
+            if seconds is not None:
+                rtt.add_metric([link.remote_key.hex()], seconds)
+        yield from (link_bytes, link_frames, reconnects, rtt)
+
+    def _destinations(self, stats: NodeStats) -> Iterator[Metric]:
+        messages = CounterMetricFamily("axl_destination_messages",
+                                       "Messages delivered to (out) and from (in) each remote node "
+                                       f"(the {stats.max_destinations} most recent).",
+                                       labels=["peer", "direction"])
+        failures = CounterMetricFamily("axl_destination_failures",
+                                       "Failed sends to each remote node, by HTTP status.",
+                                       labels=["peer", "status"])
+        for key, entry in stats.destinations.items():
+            label = key.hex()
+            messages.add_metric([label, "out"], entry.messages_sent)
+            messages.add_metric([label, "in"], entry.messages_received)
+            for status, count in sorted(entry.failures.items()):
+                failures.add_metric([label, str(status)], count)
+        yield from (messages, failures)
+
+    def _queues(self) -> Iterator[Metric]:
+        node = self.node
+        yield GaugeMetricFamily("axl_recv_queue_messages", "Messages waiting for GET /recv.",
+                                value=len(node.inbox))
+        yield GaugeMetricFamily("axl_recv_queue_bytes", "Bytes waiting for GET /recv.",
+                                value=node.inbox.queued_bytes)
+        yield GaugeMetricFamily("axl_link_queue_bytes",
+                                "Traffic bytes queued on peerings under back-pressure.",
+                                value=sum(link.queued_bytes for link in list(node.links.values())))
+        yield GaugeMetricFamily("axl_sessions", "End-to-end encrypted sessions held.",
+                                value=node.session_count())
+
+    def _http(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("axl_http_requests", "Bridge HTTP requests by route and status.",
+                                       labels=["route", "code"])
+        for (route, code), count in sorted(self.http.requests.items()):
+            requests.add_metric([route, str(code)], count)
+        yield requests
+        durations = HistogramMetricFamily("axl_http_request_duration_seconds",
+                                          "Bridge HTTP request handling time by route.",
+                                          labels=["route"])
+        for route, histogram in sorted(self.http.durations.items()):
+            durations.add_metric([route], _buckets(histogram), histogram.total)
+        yield durations
+
+
+def build_registry(node: ObservedNode, http: HttpStats) -> CollectorRegistry:
+    """A registry of this node's metrics plus the standard process metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node, http))
+    ProcessCollector(registry=registry)
+    return registry

@@ -1,0 +1,21 @@
+"""What observability reads from a node: its public attributes, nothing it must call to change."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from axl.identity import NodeIdentity
+from axl.link.connection import Link
+from axl.node.inbox import Inbox
+from axl.node.stats import NodeStats
+
+
+class ObservedNode(Protocol):
+    identity: NodeIdentity
+    stats: NodeStats
+    inbox: Inbox
+    links: dict[int, Link]
+
+    def topology(self) -> dict: ...
+
+    def session_count(self) -> int: ...

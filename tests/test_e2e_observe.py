@@ -1,0 +1,199 @@
+"""/metrics and the dashboard's JSON and event stream on three real nodes.
+
+b and c both peer with a only, so every message between them is relayed by
+a: counters must move on all three, by the amounts the traffic implies.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from nodes import Cluster, NodeProcess, metric_samples, wait_until
+
+UNKNOWN_PEER = "cd" * 32
+MESSAGES = 5
+SIZE = 2000
+
+
+def scrape(node: NodeProcess) -> dict[tuple[str, tuple], float]:
+    status, headers, body = node.request("GET", "/metrics", timeout=10)
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    return metric_samples(body.decode())
+
+
+def value(metrics: dict, name: str, **labels: str) -> float:
+    return metrics.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory) -> tuple[NodeProcess, NodeProcess, NodeProcess]:
+    cluster = Cluster(tmp_path_factory.mktemp("observe"))
+    fast = {"lookup_timeout_secs": 2}
+    a = cluster.add("a", extra=fast)
+    b = cluster.add("b", peers=[a], extra=fast)
+    c = cluster.add("c", peers=[a], extra=fast)
+    cluster.start_all()
+    try:
+        wait_until(lambda: a.get_json("/health")["peers_up"] == 2, 20, what="a peered with b and c")
+        wait_until(lambda: b.send(c.peer_id, b"warm-up")[0] == 200, 30, what="a path from b to c")
+        assert c.recv(5)[2] == b"warm-up"
+        yield a, b, c
+    finally:
+        cluster.stop_all()
+
+
+def test_counters_move_with_relayed_traffic(trio) -> None:
+    a, b, c = trio
+    before = {node.name: scrape(node) for node in trio}
+    for i in range(MESSAGES):
+        assert b.send(c.peer_id, bytes([i]) * SIZE)[0] == 200
+    for i in range(MESSAGES):
+        status, headers, body = c.recv(5)
+        assert status == 200 and body == bytes([i]) * SIZE
+    assert b.send(UNKNOWN_PEER, b"x", timeout=30)[0] == 502
+    after = {node.name: scrape(node) for node in trio}
+    sent, got, relay = (before["b"], after["b"]), (before["c"], after["c"]), (before["a"], after["a"])
+
+    assert delta(*sent, "axl_messages_sent_total", status="200") == MESSAGES
+    assert delta(*sent, "axl_messages_sent_total", status="502") == 1
+    assert delta(*sent, "axl_payload_bytes_total", direction="out") == MESSAGES * SIZE
+    assert delta(*sent, "axl_send_ack_seconds_count") == MESSAGES
+    assert delta(*sent, "axl_http_requests_total", route="/send", code="200") == MESSAGES
+    assert delta(*sent, "axl_http_request_duration_seconds_count", route="/send") == MESSAGES + 1
+    assert value(after["b"], "axl_destination_failures_total", peer=UNKNOWN_PEER, status="502") == 1
+    assert delta(*sent, "axl_destination_messages_total", peer=c.peer_id, direction="out") == MESSAGES
+
+    assert delta(*got, "axl_messages_received_total") == MESSAGES
+    assert delta(*got, "axl_payload_bytes_total", direction="in") == MESSAGES * SIZE
+    assert delta(*got, "axl_destination_messages_total", peer=b.peer_id, direction="in") == MESSAGES
+    assert delta(*got, "axl_http_requests_total", route="/recv", code="200") == MESSAGES
+
+    payload = MESSAGES * SIZE
+    assert delta(*sent, "axl_link_bytes_total", peer=a.peer_id, direction="out") > payload
+    assert delta(*relay, "axl_link_bytes_total", peer=b.peer_id, direction="in") > payload
+    assert delta(*relay, "axl_link_bytes_total", peer=c.peer_id, direction="out") > payload
+    assert delta(*got, "axl_link_bytes_total", peer=a.peer_id, direction="in") > payload
+    assert delta(*relay, "axl_link_frames_total", peer=b.peer_id, direction="in") >= MESSAGES
+    assert delta(*relay, "axl_messages_sent_total", status="200") == 0
+
+    assert value(after["a"], "axl_peers", state="up") == 2
+    assert value(after["b"], "axl_sessions") >= 1
+    assert value(after["a"], "axl_link_rtt_seconds", peer=b.peer_id) > 0
+    assert value(after["a"], "process_resident_memory_bytes") > 0
+    assert value(after["a"], "process_open_fds") > 0
+
+
+def test_recv_queue_gauges_follow_the_queue(trio) -> None:
+    _, b, c = trio
+    for size in (300, 500):
+        assert b.send(c.peer_id, b"q" * size)[0] == 200
+    queued = scrape(c)
+    assert value(queued, "axl_recv_queue_messages") == 2
+    assert value(queued, "axl_recv_queue_bytes") == 800
+    assert c.recv(5)[0] == 200 and c.recv(5)[0] == 200
+    drained = scrape(c)
+    assert value(drained, "axl_recv_queue_messages") == 0
+    assert value(drained, "axl_recv_queue_bytes") == 0
+
+
+def test_dashboard_json_describes_the_node(trio) -> None:
+    a, b, c = trio
+    snapshot = a.get_json("/dashboard/api/snapshot")
+    assert snapshot["identity"]["public_key"] == a.peer_id
+    assert snapshot["totals"]["peers_up"] == 2 and snapshot["identity"]["uptime_secs"] > 0
+
+    peerings = {p["public_key"]: p for p in a.get_json("/dashboard/api/peers")["peerings"]}
+    assert set(peerings) == {b.peer_id, c.peer_id}
+    for row in peerings.values():
+        assert row["up"] and row["inbound"] and row["bytes_in"] > 0 and row["frames_out"] > 0
+        assert row["rtt_ms"] is not None and row["up_since"] is not None
+
+    assert b.send(c.peer_id, b"for the dashboard")[0] == 200
+    assert c.recv(5)[0] == 200
+    destinations = {d["public_key"]: d for d in b.get_json("/dashboard/api/peers")["destinations"]}
+    assert destinations[c.peer_id]["messages_sent"] >= 1
+    assert destinations[c.peer_id]["mean_ack_ms"] > 0
+
+    topology = b.get_json("/dashboard/api/topology")
+    tree_keys = {entry["public_key"] for entry in topology["tree"]}
+    assert topology["root"] in tree_keys and {a.peer_id, b.peer_id} <= tree_keys
+
+    series = wait_until(lambda: len(a.get_json("/dashboard/api/series")["samples"]) >= 2 and
+                        a.get_json("/dashboard/api/series"), 15, what="two samples")
+    assert series["samples"][-1]["rss_bytes"] > 0
+
+    lines = a.get_json("/dashboard/api/logs?limit=3")["lines"]
+    assert 1 <= len(lines) <= 3
+    assert any("peering up" in line["message"] for line in a.get_json("/dashboard/api/logs?limit=1000")["lines"])
+    for bad in ("0", "1001", "x"):
+        assert a.request("GET", f"/dashboard/api/logs?limit={bad}")[0] == 400
+
+
+def test_dashboard_page_is_self_contained_under_a_strict_policy(trio) -> None:
+    a, _, _ = trio
+    status, headers, body = a.request("GET", "/dashboard/")
+    html = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    policy = headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "unsafe-inline" not in policy
+    assert "<script>" not in html and "style=" not in html and "http" not in html.split("<body>")[0]
+    for asset, kind in (("dashboard.js", "text/javascript"), ("dashboard.css", "text/css")):
+        assert f"/dashboard/{asset}" in html
+        status, headers, body = a.request("GET", f"/dashboard/{asset}")
+        assert status == 200 and headers["Content-Type"].startswith(kind) and body
+    assert b"innerHTML" not in a.request("GET", "/dashboard/dashboard.js")[2]
+
+
+def read_events(response: http.client.HTTPResponse, until, deadline: float) -> list[tuple[str, dict]]:
+    """Parse Server-Sent Events until `until(events)` holds; fail at the deadline."""
+    events, kind, data = [], "", ""
+    while time.monotonic() < deadline:
+        line = response.readline().decode()
+        if not line:
+            raise AssertionError("event stream ended")
+        line = line.rstrip("\n")
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and kind:
+            events.append((kind, json.loads(data)))
+            kind, data = "", ""
+            if until(events):
+                return events
+    raise AssertionError(f"no such event before the deadline; saw {[k for k, _ in events]}")
+
+
+def peer_event(events: list, key: str, state: str) -> bool:
+    return any(kind == "peer" and data["public_key"] == key and data["state"] == state
+               for kind, data in events)
+
+
+def test_event_stream_reports_a_peer_going_down_and_up(trio) -> None:
+    a, _, c = trio
+    connection = http.client.HTTPConnection("127.0.0.1", a.api_port, timeout=20)
+    try:
+        connection.request("GET", "/dashboard/api/events")
+        response = connection.getresponse()
+        assert response.status == 200
+        assert response.getheader("Content-Type") == "text/event-stream"
+        read_events(response, lambda seen: any(kind == "sample" for kind, _ in seen),
+                    time.monotonic() + 15)
+        c.stop()
+        seen = read_events(response, lambda seen: peer_event(seen, c.peer_id, "down"),
+                           time.monotonic() + 20)
+        down = next(data for kind, data in seen if kind == "peer")
+        assert down["reason"] == "connection closed by peer"
+        c.start()
+        read_events(response, lambda seen: peer_event(seen, c.peer_id, "up"), time.monotonic() + 30)
+    finally:
+        connection.close()
+    wait_until(lambda: a.get_json("/health")["peers_up"] == 2, 20, what="c back")
