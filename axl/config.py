@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from axl.identity import KeyFileError, NodeIdentity
+from axl.link.multicast import MulticastRule
 
 log = logging.getLogger("axl.config")
 
 # Yggdrasil keys a node config may carry that this node does not use.
 IGNORED_YGGDRASIL_KEYS = frozenset({
-    "InterfacePeers", "AdminListen", "MulticastInterfaces", "IfName", "IfMTU",
+    "InterfacePeers", "AdminListen", "IfName", "IfMTU",
     "LogLookups", "NodeInfoPrivacy", "NodeInfo", "Certificate",
 })
 
@@ -36,6 +38,7 @@ class NodeConfig:
     peers: list[str] = field(default_factory=list)
     listen: list[str] = field(default_factory=list)
     allowed_public_keys: list[str] = field(default_factory=list)
+    multicast_interfaces: list[MulticastRule] = field(default_factory=list)
     api_port: int = 9002
     bridge_addr: str = "127.0.0.1"
     tcp_port: int = 7000
@@ -81,7 +84,11 @@ _OVERLAY_FIELDS = {
     "Peers": ("peers", list),
     "Listen": ("listen", list),
     "AllowedPublicKeys": ("allowed_public_keys", list),
+    "MulticastInterfaces": ("multicast_interfaces", list),
 }
+# MulticastInterfaces entry key -> (MulticastRule field, kind)
+_MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Listen": ("listen", bool),
+                     "Port": ("port", int), "Priority": ("priority", int), "Password": ("password", str)}
 _BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr"}
 _PORT_FIELDS = {"api_port", "tcp_port", "router_port", "a2a_port"}
 
@@ -165,6 +172,31 @@ def _refuse_near_miss(name: str, bridge: dict[str, tuple[str, type]]) -> None:
         raise ConfigError(f'unknown field "{name}" — did you mean "{closest}"?')
 
 
+def _multicast_rule(index: int, entry: object) -> MulticastRule:
+    """One MulticastInterfaces entry; unlike yggdrasil-go, nothing is on by default."""
+    where = f"MulticastInterfaces[{index}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected an object")
+    values: dict[str, object] = {}
+    for name, value in entry.items():
+        if name not in _MULTICAST_FIELDS:
+            raise ConfigError(f"{where}: unknown field {name}")
+        attr, kind = _MULTICAST_FIELDS[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}.{name}: expected {kind.__name__}")
+        values[attr] = value
+    rule = MulticastRule(**values)  # type: ignore[arg-type]
+    try:
+        re.compile(rule.regex)
+    except re.error as exc:
+        raise ConfigError(f"{where}.Regex: {exc}") from None
+    if not 0 <= rule.port <= 65535 or not 0 <= rule.priority <= 255:
+        raise ConfigError(f"{where}: Port must be 0..65535 and Priority 0..255")
+    if len(rule.password.encode()) > 64:
+        raise ConfigError(f"{where}.Password: at most 64 bytes")
+    return rule
+
+
 def config_from_dict(raw: dict) -> NodeConfig:
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a JSON object")
@@ -183,6 +215,11 @@ def config_from_dict(raw: dict) -> NodeConfig:
             log.warning("config: unknown field %s ignored", name)
             continue
         if value is None:
+            continue
+        if name == "MulticastInterfaces":
+            if not isinstance(value, list):
+                raise ConfigError(f"{name}: expected a list of objects")
+            config.multicast_interfaces = [_multicast_rule(i, e) for i, e in enumerate(value)]
             continue
         _check_kind(name, value, kind)
         _check_value(name, value)

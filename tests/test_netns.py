@@ -109,6 +109,17 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stop_nodes(nodes) -> None:
+    for node in nodes:
+        if node.process is not None and node.process.poll() is None:
+            node.process.terminate()
+            try:
+                node.process.wait(5)
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait()
+
+
 @pytest.fixture
 def hosts(tmp_path: Path):
     for host in HOSTS:
@@ -144,14 +155,7 @@ def hosts(tmp_path: Path):
             nodes[host] = node
         yield nodes
     finally:
-        for node in nodes.values():
-            if node.process is not None and node.process.poll() is None:
-                node.process.terminate()
-                try:
-                    node.process.wait(5)
-                except subprocess.TimeoutExpired:
-                    node.process.kill()
-                    node.process.wait()
+        stop_nodes(nodes.values())
         for host in HOSTS:
             ip("netns", "del", ns(host), check=False)
 

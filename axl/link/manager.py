@@ -105,6 +105,8 @@ class LinkManager:
         self._servers: list[tuple[PeerURI, Listener]] = []
         self._peers: dict[str, _Peer] = {}
         self._inbound: set[Connection] = set()
+        self._discovered: dict[str, _Peer] = {}
+        self._discovery_settings = replace(self._settings, allowed_keys=frozenset())
         self._stopping = False
 
     # --- listening -----------------------------------------------------------
@@ -124,8 +126,14 @@ class LinkManager:
     def _bound_uri(uri: PeerURI, server: Listener) -> PeerURI:
         return replace(uri, port=server.port or uri.port)
 
-    def _accept(self, uri: PeerURI) -> Connection:
-        connection = Connection(self._settings, uri, inbound=True)
+    async def listen_discovered(self, uri: PeerURI) -> Listener:
+        """A listener for LAN discovery; the caller closes it. As in Go,
+        AllowedPublicKeys does not apply to multicast links."""
+        settings = self._discovery_settings
+        return await listen(uri, lambda: self._accept(uri, settings), settings)
+
+    def _accept(self, uri: PeerURI, settings: LinkSettings | None = None) -> Connection:
+        connection = Connection(settings or self._settings, uri, inbound=True)
         self._inbound.add(connection)
         connection.done.add_done_callback(lambda _: self._inbound.discard(connection))
         return connection
@@ -173,12 +181,23 @@ class LinkManager:
             self.log.debug("redialing %s in %.1fs", peer.uri, delay)
             await asyncio.sleep(delay)
 
-    async def _dial_once(self, peer: _Peer) -> bool:
+    async def dial_discovered(self, uri: PeerURI) -> bool:
+        """Dial a peer found by LAN discovery once, not retried; returns when
+        the link ends (True if it had come up)."""
+        peer = _Peer(uri)
+        self._discovered[str(uri)] = peer
+        try:
+            return await self._dial_once(peer, self._discovery_settings)
+        finally:
+            self._discovered.pop(str(uri), None)
+
+    async def _dial_once(self, peer: _Peer, settings: LinkSettings | None = None) -> bool:
         """One connection attempt; True if its handshake succeeded."""
         uri = peer.uri
+        settings = settings or self._settings
         try:
             connection = await asyncio.wait_for(
-                dial(uri, lambda: Connection(self._settings, uri, inbound=False), self._settings),
+                dial(uri, lambda: Connection(settings, uri, inbound=False), settings),
                 self._settings.handshake_timeout,
             )
         except OSError as exc:
@@ -193,8 +212,11 @@ class LinkManager:
 
     # --- status and shutdown ---------------------------------------------------
 
+    def _outbound(self) -> list[_Peer]:
+        return [*self._peers.values(), *self._discovered.values()]
+
     def links(self) -> list[Link]:
-        connections = [p.connection for p in self._peers.values()] + list(self._inbound)
+        connections = [p.connection for p in self._outbound()] + list(self._inbound)
         return [c.link for c in connections
                 if c is not None and c.link is not None and not c.closed]
 
@@ -202,6 +224,8 @@ class LinkManager:
         """One entry per configured peer (up or not) and per inbound link."""
         status = [self._status(str(p.uri), False, p.connection, p.uri)
                   for p in self._peers.values()]
+        status += [self._status(str(p.uri), False, p.connection, p.uri)
+                   for p in self._discovered.values() if p.connection is not None]
         status += [self._status(c.uri_text, True, c, c.uri)
                    for c in self._inbound if c.link is not None and not c.closed]
         return status
@@ -228,7 +252,7 @@ class LinkManager:
         tasks = [p.task for p in self._peers.values() if p.task is not None]
         for task in tasks:
             task.cancel()
-        connections = [p.connection for p in self._peers.values() if p.connection]
+        connections = [p.connection for p in self._outbound() if p.connection]
         connections += list(self._inbound)
         for connection in connections:
             connection.shutdown("shutting down")
@@ -238,6 +262,7 @@ class LinkManager:
             await asyncio.wait(waits, timeout=STOP_TIMEOUT)
         self._servers.clear()
         self._peers.clear()
+        self._discovered.clear()
         self._inbound.clear()
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from axl.config import ConfigError, NodeConfig
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
+from axl.link.multicast import Discovery
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
@@ -79,6 +80,7 @@ class Node:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
         self._started = False
+        self.discovery: Discovery | None = None
 
     # -- moving output out of the core ----------------------------------
 
@@ -257,6 +259,9 @@ class Node:
         await self.link_manager.start(self.config.listen)
         for uri in self.config.peers:
             self.link_manager.add_peer(uri)
+        if self.config.multicast_interfaces:
+            self.discovery = Discovery(ident, self.config.multicast_interfaces, self.link_manager)
+            await self.discovery.start()
         if self.config.router_url:
             log.info("MCP requests from peers go to %s/route", self.config.router_url)
         if self.config.a2a_url:
@@ -271,4 +276,6 @@ class Node:
             self._timer = None
         for task in list(self._tasks):
             task.cancel()
+        if self.discovery is not None:
+            await self.discovery.stop()
         await self.link_manager.stop()
