@@ -26,7 +26,8 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from common import Bridge, add_bridge_arguments, chosen_bridge, load_testnet, run_main
+from axl.client import AsyncClient
+from common import add_bridge_arguments, chosen_bridge, load_testnet, run_main
 
 log = logging.getLogger("convergecast")
 
@@ -96,7 +97,7 @@ def decode(body: bytes, session: str) -> Aggregate | None:
     return Aggregate(total, count, [str(peer) for peer in missing])
 
 
-async def collect(bridge: Bridge, session: str, children: list[str], deadline: float) -> Aggregate:
+async def collect(bridge: AsyncClient, session: str, children: list[str], deadline: float) -> Aggregate:
     """Aggregates from ``children`` until all reported or ``deadline`` (monotonic) passed."""
     result = Aggregate()
     waiting = set(children)
@@ -119,7 +120,7 @@ async def collect(bridge: Bridge, session: str, children: list[str], deadline: f
     return result
 
 
-async def run_node(bridge: Bridge, session: str, value: float = 1.0, timeout: float = 30.0,
+async def run_node(bridge: AsyncClient, session: str, value: float = 1.0, timeout: float = 30.0,
                    margin: float = 1.0) -> NodeResult:
     """One node's part: wait for the children, add ``value``, pass the sum to the parent."""
     started = time.monotonic()
@@ -142,7 +143,7 @@ def report(result: NodeResult) -> str:
 async def run_all(urls: list[str], session: str, value: float, timeout: float, margin: float) -> NodeResult:
     """Every node's part at once (one process, one bridge each); returns the root's result."""
     async with AsyncExitStack() as stack:
-        bridges = [await stack.enter_async_context(Bridge(url)) for url in urls]
+        bridges = [await stack.enter_async_context(AsyncClient(url)) for url in urls]
         results = await asyncio.gather(*(run_node(b, session, value, timeout, margin) for b in bridges))
     roots = [result for result in results if result.is_root]
     if len(roots) != 1:
@@ -172,7 +173,7 @@ def main() -> None:
 
 
 async def _run_one(url: str, args: argparse.Namespace) -> NodeResult:
-    async with Bridge(url) as bridge:
+    async with AsyncClient(url) as bridge:
         return await run_node(bridge, args.session, args.value, args.timeout, args.margin)
 
 

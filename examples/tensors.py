@@ -22,7 +22,8 @@ from typing import Any, TextIO
 import msgpack
 import numpy as np
 
-from common import Bridge, add_bridge_arguments, chosen_bridge, load_testnet, run_main
+from axl.client import AsyncClient
+from common import add_bridge_arguments, chosen_bridge, run_main, testnet_node
 
 try:
     import torch
@@ -111,7 +112,7 @@ def unpack_ack(body: bytes) -> Ack | None:
         return None
 
 
-async def wait_ack(bridge: Bridge, peer: str, seq: int, timeout: float) -> Ack:
+async def wait_ack(bridge: AsyncClient, peer: str, seq: int, timeout: float) -> Ack:
     """The ack for ``seq`` from ``peer``; other messages found meanwhile are discarded."""
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
@@ -124,7 +125,7 @@ async def wait_ack(bridge: Bridge, peer: str, seq: int, timeout: float) -> Ack:
     raise TimeoutError(f"no ack for tensor {seq} from {peer[:16]} within {timeout:g}s")
 
 
-async def send_tensor(bridge: Bridge, peer: str, value: Any, name: str = "tensor", seq: int = 0,
+async def send_tensor(bridge: AsyncClient, peer: str, value: Any, name: str = "tensor", seq: int = 0,
                       ack_timeout: float = 60.0) -> Ack:
     """Send one tensor and wait for its ack; raises ValueError if the copy differs."""
     array, _, _ = to_numpy(value)
@@ -135,7 +136,7 @@ async def send_tensor(bridge: Bridge, peer: str, value: Any, name: str = "tensor
     return ack
 
 
-async def receive_tensors(bridge: Bridge, count: int | None = None, timeout: float = 60.0,
+async def receive_tensors(bridge: AsyncClient, count: int | None = None, timeout: float = 60.0,
                           out: TextIO | None = None) -> list[TensorMessage]:
     """Receive and ack tensors until ``count`` arrived or ``timeout`` seconds pass without one."""
     received_tensors: list[TensorMessage] = []
@@ -183,7 +184,7 @@ def progress_bar(done: int, total: int) -> str:
     return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {100 * done // max(total, 1):3d}%"
 
 
-async def bandwidth(bridge: Bridge, peer: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+async def bandwidth(bridge: AsyncClient, peer: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                     factor: int = 4, out: TextIO | None = None, progress: TextIO | None = None) -> list[BandwidthRow]:
     """Send growing uint8 arrays, each timed from /send until its verified ack."""
     sizes = bandwidth_sizes(max_message_size, factor)
@@ -214,9 +215,11 @@ def random_array(shape: list[int], dtype: str, seed: int) -> np.ndarray:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    async with Bridge(chosen_bridge(args)) as bridge:
+    async with AsyncClient(chosen_bridge(args)) as bridge:
         if args.mode == "recv":
-            print(f"receiving on {await bridge.peer_id()}", flush=True)
+            print(f"receiving on {bridge.url} as {await bridge.peer_id()}; waiting up to {args.timeout:g} s "
+                  f"for a tensor (send one with: python examples/tensors.py send --to {await bridge.peer_id()})",
+                  flush=True)
             await receive_tensors(bridge, args.count, args.timeout, out=sys.stdout)
             return
         if args.mode == "send":
@@ -246,7 +249,7 @@ def main() -> None:
     parser.add_argument("--factor", type=int, default=4, help="bandwidth: size growth per step [4]")
     args = parser.parse_args()
     if args.to_node is not None:
-        args.to = load_testnet(args.testnet)[args.to_node]["peer_id"]
+        args.to = testnet_node(args.testnet, args.to_node)["peer_id"]
     if args.mode != "recv" and not args.to:
         parser.error(f"{args.mode} needs --to PEER_ID or --to-node I")
     run_main(main_async(args))

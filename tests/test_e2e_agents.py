@@ -20,6 +20,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.helpers import get_artifact_text, new_text_message
 from a2a.types import Role, SendMessageRequest, TaskState
 
+from axl.client import AsyncClient, Client, RpcError
 from nodes import Cluster, free_port, wait_until
 
 MCP_SERVER = """
@@ -164,3 +165,28 @@ async def test_official_a2a_client_gets_the_tool_result(net):
     task = events[-1].task
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert json.loads(get_artifact_text(task.artifacts[0]))["result"]["content"][0]["text"] == "42"
+
+
+def test_blocking_client_calls_a_remote_tool_and_sees_rpc_errors(net):
+    with Client(net["caller"].url, timeout=40) as client:
+        peer = net["remote"].peer_id
+        assert "add" in [tool["name"] for tool in client.list_tools(peer, "weather-stateless")]
+        assert client.call_tool(peer, "weather-stateless", "add", {"a": 4, "b": 5})["content"][0]["text"] == "9"
+        with pytest.raises(RpcError) as caught:
+            client.list_tools(peer, "nope")
+    assert caught.value.code == -32603 and caught.value.status == 200
+
+
+async def test_async_client_talks_to_the_remote_a2a_agent(net):
+    text = json.dumps({"service": "weather-stateless",
+                       "request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                   "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}})
+    async with AsyncClient(net["caller"].url, timeout=40) as client:
+        peer = net["remote"].peer_id
+        card = await client.a2a_card(peer)
+        assert peer in card["supportedInterfaces"][0]["url"]
+        task = await client.a2a_send(peer, text)
+        assert (await client.call_tool(peer, "weather-stateless", "add", {"a": 1, "b": 1}))["content"][0]["text"] == "2"
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    artifact = json.loads(task["artifacts"][0]["parts"][0]["text"])
+    assert artifact["result"]["content"][0]["text"] == "3"

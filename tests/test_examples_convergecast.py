@@ -12,7 +12,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import convergecast  # noqa: E402
-from common import Bridge  # noqa: E402
+from axl.client import AsyncClient  # noqa: E402
 from test_testnet import FAKE_NODE, REAL_NODE, node_command  # noqa: E402
 
 from axl.testnet import Testnet  # noqa: E402
@@ -55,7 +55,7 @@ async def test_total_equals_number_of_nodes(testnet):
 
 async def test_stale_messages_of_another_session_are_ignored(testnet):
     urls = [node.bridge_url for node in testnet.nodes]
-    async with Bridge(urls[1]) as bridge:
+    async with AsyncClient(urls[1]) as bridge:
         await bridge.send(testnet.nodes[0].peer_id, convergecast.encode("old-run", convergecast.Aggregate(100, 50)))
     root = await convergecast.run_all(urls, "new-run", 2.0, timeout=20, margin=1.0)
     assert root.aggregate.total == 2.0 * N_NODES
@@ -67,7 +67,7 @@ async def test_a_silent_child_is_reported_by_peer_id(tmp_path):
         positions = [convergecast.tree_position(testnet.topology(i)) for i in range(3)]
         silent = next(p.peer_id for p in positions if p.parent and not p.children)
         speaking = [node.bridge_url for node in testnet.nodes if node.peer_id != silent]
-        async with Bridge(speaking[0]) as first, Bridge(speaking[1]) as second:
+        async with AsyncClient(speaking[0]) as first, AsyncClient(speaking[1]) as second:
             done = await asyncio.gather(convergecast.run_node(first, "partial", 1.0, timeout=2, margin=0.5),
                                         convergecast.run_node(second, "partial", 1.0, timeout=2, margin=0.5))
     root_result = next(result for result in done if result.is_root)

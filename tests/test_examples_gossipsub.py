@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 import sys
 from pathlib import Path
@@ -208,6 +209,12 @@ async def test_gossipsub_over_a_testnet_delivers_everything(tmp_path, kind):
     async with Testnet(5, "random", tmp_path, degree=2, seed=2, node_command=node_command(kind)) as testnet:
         await testnet.wait_converged_async(timeout=60)
         urls = [node.bridge_url for node in testnet.nodes]
-        report = await gossip_run.run(urls, messages=20, degree=3, interval=0.1, warmup=2.0, timeout=30)
+        progress = io.StringIO()
+        report = await gossip_run.run(urls, messages=20, degree=3, interval=0.1, warmup=2.0, timeout=30,
+                                      progress=progress)
     assert report.delivery_ratio == 1.0
     assert report.messages == 20
+    lines = progress.getvalue().splitlines()
+    assert lines[:2] == ["5 drivers started; letting the meshes form for 2 s",
+                         "publishing 20 messages, one every 0.1 s (about 2 s)"]
+    assert [line for line in lines if "published" in line][-1] == "  published 20/20"

@@ -15,7 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import tensors  # noqa: E402
-from common import Bridge  # noqa: E402
+from axl.client import AsyncClient  # noqa: E402
 from test_testnet import FAKE_NODE, REAL_NODE, node_command  # noqa: E402
 
 from axl.testnet import Testnet  # noqa: E402
@@ -78,7 +78,7 @@ def pair(request, tmp_path_factory):
 async def test_arrays_arrive_bit_identical(pair):
     arrays = sample_arrays()
     sender_node, receiver_node = pair.nodes
-    async with Bridge(sender_node.bridge_url) as sender, Bridge(receiver_node.bridge_url) as receiver:
+    async with AsyncClient(sender_node.bridge_url) as sender, AsyncClient(receiver_node.bridge_url) as receiver:
         receiving = asyncio.create_task(tensors.receive_tensors(receiver, len(arrays), timeout=30))
         for seq, array in enumerate(arrays):
             ack = await tensors.send_tensor(sender, receiver_node.peer_id, array, f"a{seq}", seq, ack_timeout=30)
@@ -93,7 +93,7 @@ async def test_arrays_arrive_bit_identical(pair):
 async def test_bandwidth_mode_prints_a_row_per_size(pair):
     sender_node, receiver_node = pair.nodes
     table, bar = io.StringIO(), io.StringIO()
-    async with Bridge(sender_node.bridge_url) as sender, Bridge(receiver_node.bridge_url) as receiver:
+    async with AsyncClient(sender_node.bridge_url) as sender, AsyncClient(receiver_node.bridge_url) as receiver:
         receiving = asyncio.create_task(tensors.receive_tensors(receiver, 4, timeout=30))
         rows = await tensors.bandwidth(sender, receiver_node.peer_id, max_message_size=256 * 1024,
                                        factor=8, out=table, progress=bar)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Bridge, BridgeError, add_bridge_arguments, chosen_bridge, run_main  # noqa: E402
+from axl.client import AsyncClient, BridgeError  # noqa: E402
+from common import add_bridge_arguments, chosen_bridge, run_main  # noqa: E402
 from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params  # noqa: E402
 
 log = logging.getLogger("gossipsub")
@@ -36,9 +37,9 @@ JOIN_SECONDS = 2.0  # a few heartbeats: learn the peers' subscriptions and graft
 
 
 class GossipNode:
-    """One GossipSub participant behind one bridge; use inside ``async with Bridge``."""
+    """One GossipSub participant behind one bridge; use inside ``async with AsyncClient``."""
 
-    def __init__(self, bridge: Bridge, params: Params | None = None, rng: random.Random | None = None,
+    def __init__(self, bridge: AsyncClient, params: Params | None = None, rng: random.Random | None = None,
                  on_delivery: Callable[[Delivery], None] | None = None) -> None:
         self.bridge = bridge
         self.params = params or Params()
@@ -153,14 +154,14 @@ class GossipNode:
                 self._flush()
 
 
-async def overlay_peers(bridge: Bridge) -> list[str]:
+async def overlay_peers(bridge: AsyncClient) -> list[str]:
     """The node's direct overlay peers that are up: the natural gossip neighbours."""
     topology = await bridge.topology()
     return [peer["public_key"] for peer in topology.get("peers", []) if peer.get("up")]
 
 
 async def chat(url: str, topic: str, extra_peers: list[str]) -> None:
-    async with Bridge(url) as bridge:
+    async with AsyncClient(url) as bridge:
         node = GossipNode(bridge, on_delivery=lambda d: print(
             f"[{d.message.origin[:8]} {d.message.hops} hops] {d.message.data.decode(errors='replace')}", flush=True))
         await node.start(await overlay_peers(bridge) + extra_peers)
