@@ -44,16 +44,19 @@ class Exploding:
         return None
 
 
-async def test_a_failing_inbound_task_releases_its_connection() -> None:
-    node = Node(NodeConfig(send_timeout_secs=20), NodeIdentity.generate(), inbound_handler=Exploding())
-    node.transport.start()
+async def test_a_failing_inbound_dispatch_refuses_and_releases_its_connection() -> None:
+    """Each failure is a refusal (503 at the sender), and the connections it used are freed:
+    with two slots, five failed messages are followed by a delivered one."""
+    node = Node(NodeConfig(send_timeout_secs=20, max_concurrent_conns=2), NodeIdentity.generate(),
+                inbound_handler=Exploding())
+    await node.start()
     try:
-        for _ in range(3):
+        for _ in range(5):
             with pytest.raises(ReceiverFull):
                 await asyncio.wait_for(node.send(node.identity.public_key, b"x"), 30)
-        async with asyncio.timeout(10):
-            while node.transport.streams:
-                await asyncio.sleep(0.05)
+        node.inbound_handler = None
+        await asyncio.wait_for(node.send(node.identity.public_key, b"fine"), 30)
+        assert (await node.recv(0)).payload == b"fine"
     finally:
         await node.stop()
 
