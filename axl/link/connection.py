@@ -1,10 +1,12 @@
-"""One link's transport edge: TLS, the meta handshake, framing and liveness
-wired to an asyncio transport.
+"""One link's asyncio edge: the sans-IO LinkConnection wired to a transport.
 
-`Connection` is the asyncio.Protocol; once the handshake succeeds it
-exposes a `Link` to the node. All protocol decisions are delegated to the
-sans-IO pieces (meta, framing, liveness, queue); this module only moves
-bytes and timers.
+`Connection` is the asyncio.Protocol (any transport fits: TCP, TLS, or the
+adapter over WebSocket and QUIC streams). Every protocol decision (meta
+handshake, framing, liveness) is the `LinkConnection`'s in
+`axl.link.protocol`; this module moves bytes into it, writes what it
+produces, keeps one timer at its deadline, queues traffic fairly under the
+transport's back-pressure and, once the handshake succeeds, exposes a
+`Link` to the node.
 """
 
 from __future__ import annotations
@@ -19,28 +21,24 @@ from typing import TYPE_CHECKING, Any
 
 from axl.identity import NodeIdentity, peer_id
 from axl.link.counters import LinkCounters, smoothed_rtt
-from axl.link.framing import KEEPALIVE_FRAME, FrameDecoder, FrameType
-from axl.link.liveness import LivenessAction, LivenessMonitor
-from axl.link.meta import LinkMeta, decode_meta, encode_meta, meta_bytes_needed
+from axl.link.protocol import (
+    FrameReceived, HandshakeDone, LinkClosed, LinkConnection, LinkEvent, LinkPolicy,
+)
 from axl.link.queue import FairQueue
 from axl.link.tls import peer_certificate_key
 from axl.link.uri import PeerURI
-from axl.wire import DecodeError, decode_uvarint
+from axl.wire import DecodeError
 
 if TYPE_CHECKING:
     from axl.link.manager import LinkHandler
+    from axl.link.meta import LinkMeta
 
 _link_ids = itertools.count(1)
-_FIRST_HANDLED_TYPE = FrameType.SIGREQ
 CLOSE_GRACE = 1.0
 COALESCE_BYTES = 64 * 1024
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
-
-
-class HandshakeRefused(Exception):
-    """The peer completed the meta exchange but may not be linked to."""
 
 
 @dataclass
@@ -57,14 +55,6 @@ class LinkSettings:
     queue_byte_cap: int
     server_tls: ssl.SSLContext | None = None
     client_tls: ssl.SSLContext | None = None
-
-
-def frame_type_of(frame: bytes) -> int:
-    """The type byte of an encoded frame, just past its length prefix."""
-    if frame[0] < 0x80:
-        return frame[1]
-    _, start = decode_uvarint(frame)
-    return frame[start]
 
 
 class Link:
@@ -117,7 +107,7 @@ class Link:
 
 
 class Connection(asyncio.Protocol):
-    """Protocol for one TCP connection, from connect to close."""
+    """Protocol for one byte-stream connection, from connect to close."""
 
     def __init__(self, settings: LinkSettings, uri: PeerURI, inbound: bool) -> None:
         self.settings = settings
@@ -133,16 +123,11 @@ class Connection(asyncio.Protocol):
         self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._raw_transport: asyncio.Transport | None = None
-        self._handshake_buf = bytearray()
-        self._handshake_timer: asyncio.TimerHandle | None = None
-        self._decoder = FrameDecoder()
-        self._monitor = LivenessMonitor(settings.keepalive_delay, settings.peer_timeout)
+        self._protocol: LinkConnection | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._flush_scheduled = False
         self._paused = False
-        self._unwritten: list[bytes] = []
-        self._unwritten_bytes = 0
 
     @property
     def log(self) -> logging.Logger:
@@ -159,70 +144,70 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; both fit.
-        self._raw_transport = transport  # type: ignore[assignment]
+        self._transport = transport  # type: ignore[assignment]
         self.remote_addr = transport.get_extra_info("peername")
         self.socket = transport.get_extra_info("socket")
         enable_tcp_keepalive(self.socket)
         if self.inbound:
             self.uri_text = self.who
-        self._handshake_timer = self._loop.call_later(
-            self.settings.handshake_timeout, self._handshake_expired)
-        self._begin_meta(transport)  # type: ignore[arg-type]
+        settings = self.settings
+        certified = not self.inbound and self.uri.scheme in CERTIFIED_SCHEMES
+        policy = LinkPolicy(settings.identity, self.inbound, self.uri.priority, self.uri.password,
+                            frozenset(self.uri.pinned_keys), settings.allowed_keys,
+                            certified, peer_certificate_key(transport) if certified else None)
+        self._protocol = LinkConnection(policy, self._loop.time(), counters=self.counters,
+                                        handshake_timeout=settings.handshake_timeout,
+                                        keepalive_delay=settings.keepalive_delay,
+                                        peer_timeout=settings.peer_timeout)
+        self._flush()
+        self._arm_timer()
 
-    def _begin_meta(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        meta = encode_meta(self.settings.identity, self.uri.priority, self.uri.password)
-        transport.write(meta)
+    # --- receiving -----------------------------------------------------------
 
-    def _handshake_expired(self) -> None:
-        self._handshake_timer = None
-        self._fail_handshake("handshake timeout")
-
-    def _fail_handshake(self, reason: str) -> None:
-        if self.closed:
+    def data_received(self, data: bytes) -> None:
+        if self.closed or self._protocol is None:
             return
-        self.log.warning("handshake with %s failed: %s", self.who, reason)
-        self._close_transport()
+        self._protocol.receive_data(data, self._loop.time())
+        self._handle_events()
 
-    def _receive_meta(self, data: bytes) -> None:
-        self._handshake_buf += data
-        try:
-            needed = meta_bytes_needed(self._handshake_buf)
-            if len(self._handshake_buf) < needed:
-                return
-            meta = decode_meta(self._handshake_buf[:needed], self.uri.password)
-            self._check_remote(meta)
-        except (DecodeError, HandshakeRefused) as exc:
-            self._fail_handshake(str(exc))
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._protocol is None:
+            self._close_transport()
             return
-        rest = bytes(self._handshake_buf[needed:])
-        self._handshake_buf = bytearray()
-        self._establish(meta)
-        if rest and not self.closed:
-            self._receive_frames(rest)
+        self._protocol.connection_lost(None if exc is None else str(exc))
+        self._handle_events()
 
-    def _check_remote(self, meta: LinkMeta) -> None:
-        """Go's post-handshake checks, in Go's order, after our certificate check."""
-        if not self.inbound and self.uri.scheme in CERTIFIED_SCHEMES:
-            cert_key = peer_certificate_key(self._raw_transport)
-            if cert_key != meta.key:
-                raise HandshakeRefused(
-                    f"TLS certificate key {cert_key.hex() if cert_key else '(not Ed25519)'} "
-                    f"differs from the meta key {meta.key.hex()}")
-        pinned = self.uri.pinned_keys
-        if not self.inbound and pinned and meta.key not in pinned:
-            raise HandshakeRefused(f"key {meta.key.hex()} does not match the pinned key")
-        allowed = self.settings.allowed_keys
-        if self.inbound and allowed and meta.key not in allowed:
-            raise HandshakeRefused(f"key {meta.key.hex()} is not in AllowedPublicKeys")
-        if meta.key == self.settings.identity.public_key:
-            raise HandshakeRefused("connection to our own key")
+    def _handle_events(self) -> None:
+        protocol = self._protocol
+        while not self.closed and (event := protocol.next_event()) is not None:
+            self._handle(event)
+        if not self.closed:
+            self._arm_timer()
+            if protocol.pending_output:
+                self._schedule_flush()
 
-    def _establish(self, meta: LinkMeta) -> None:
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
-            self._handshake_timer = None
-        priority = max(self.uri.priority, meta.priority)
+    def _handle(self, event: LinkEvent) -> None:
+        if isinstance(event, FrameReceived):
+            try:
+                self.settings.handler.frame_received(self.link, event.ftype, event.body)
+            except DecodeError as exc:
+                self.shutdown(f"malformed frame: {exc}")
+            except Exception:
+                self.log.exception("frame handler failed on link %s", self.link.peer_id)
+                self.shutdown("internal error in frame handler")
+        elif isinstance(event, HandshakeDone):
+            self._establish(event.meta, event.priority)
+        elif isinstance(event, LinkClosed):
+            if event.established:
+                self.shutdown(event.reason)
+            else:
+                self.log.warning("handshake with %s failed: %s", self.who, event.reason)
+                self._close_transport()
+
+    def _establish(self, meta: LinkMeta, priority: int) -> None:
         self.link = Link(self, meta, priority)
         self.log.info("peering up: %s %s inbound=%s priority=%d",
                       self.link.peer_id, self.uri_text, self.inbound, priority)
@@ -232,55 +217,6 @@ class Connection(asyncio.Protocol):
             self.log.exception("link_up handler failed for %s", self.link.peer_id)
             self.shutdown("internal error in link_up")
 
-    # --- receiving -----------------------------------------------------------
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self.link is None:
-            self._receive_meta(data)
-        else:
-            self._receive_frames(data)
-
-    def _receive_frames(self, data: bytes) -> None:
-        link = self.link
-        assert link is not None
-        handler = self.settings.handler
-        monitor = self._monitor
-        counters = self.counters
-        counters.bytes_in += len(data)
-        now = self._loop.time()
-        try:
-            for ftype, body in self._decoder.feed(data):
-                counters.frames_in += 1
-                monitor.on_received(ftype, now)
-                if ftype >= _FIRST_HANDLED_TYPE:
-                    handler.frame_received(link, ftype, body)
-                if self.closed:
-                    return
-        except DecodeError as exc:
-            self.shutdown(f"malformed frame: {exc}")
-            return
-        except Exception:
-            self.log.exception("frame handler failed on link %s", link.peer_id)
-            self.shutdown("internal error in frame handler")
-            return
-        self._arm_timer()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None:
-            reason = f"connection lost: {exc}"
-        elif self._decoder.pending or self._handshake_buf:
-            reason = "connection closed mid-frame"
-        else:
-            reason = "connection closed by peer"
-        if self.link is None:
-            self._fail_handshake(reason)
-        self.shutdown(reason)
-
     # --- sending -------------------------------------------------------------
 
     def write_frame(self, frame: bytes) -> None:
@@ -288,27 +224,28 @@ class Connection(asyncio.Protocol):
         one TLS record batch and one system call instead of one per frame.
         Once COALESCE_BYTES are waiting they are written at once, so the
         transport's back-pressure (pause_writing) starts exactly as before."""
-        if self.closed or self._transport is None:
+        protocol = self._protocol
+        if self.closed or protocol is None:
             return
-        if not self._unwritten:
-            self._loop.call_soon(self._write_unwritten)
-        self._unwritten.append(frame)
-        self._unwritten_bytes += len(frame)
-        self.counters.bytes_out += len(frame)
-        self.counters.frames_out += 1
-        if self._unwritten_bytes >= COALESCE_BYTES:
-            self._write_unwritten()
-        self._monitor.on_sent(frame_type_of(frame), self._loop.time())
+        protocol.send_frame(frame, self._loop.time())
+        if protocol.pending_output >= COALESCE_BYTES:
+            self._flush()
+        else:
+            self._schedule_flush()
         self._arm_timer()
 
-    def _write_unwritten(self) -> None:
-        frames = self._unwritten
-        if not frames:
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._protocol is None:
             return
-        self._unwritten = []
-        self._unwritten_bytes = 0
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        data = self._protocol.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
 
     def send_traffic(self, frame: bytes, flow: bytes) -> None:
         if self.closed:
@@ -329,12 +266,12 @@ class Connection(asyncio.Protocol):
                 return
             self.write_frame(frame)
 
-    # --- liveness timer ------------------------------------------------------
+    # --- the protocol's timer -----------------------------------------------
 
     def _arm_timer(self) -> None:
-        """Keep one timer at or before the monitor's next deadline; firing
+        """Keep one timer at or before the protocol's next deadline; firing
         early is harmless, so later deadlines never reschedule it."""
-        due = self._monitor.next_deadline()
+        due = self._protocol.get_timer()
         if due is None or (self._timer is not None and self._timer_at <= due):
             return
         if self._timer is not None:
@@ -346,13 +283,8 @@ class Connection(asyncio.Protocol):
         self._timer = None
         if self.closed:
             return
-        action = self._monitor.poll(self._loop.time())
-        if action is LivenessAction.TIMEOUT:
-            self.shutdown("peer timeout")
-            return
-        if action is LivenessAction.SEND_KEEPALIVE:
-            self.write_frame(KEEPALIVE_FRAME)
-        self._arm_timer()
+        self._protocol.handle_timer(self._loop.time())
+        self._handle_events()
 
     # --- closing -------------------------------------------------------------
 
@@ -360,6 +292,8 @@ class Connection(asyncio.Protocol):
         """Close once; tell the node if the link had come up."""
         if self.closed:
             return
+        if self._protocol is not None:
+            self._protocol.close(reason)
         self._close_transport()
         if self.link is not None:
             self.log.info("peering down: %s: %s", self.link.peer_id, reason)
@@ -371,12 +305,11 @@ class Connection(asyncio.Protocol):
     def _close_transport(self) -> None:
         self.closed = True
         self.queue.clear()
-        for timer in (self._timer, self._handshake_timer):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._handshake_timer = None
-        self._write_unwritten()
-        transport = self._transport or self._raw_transport
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._flush()
+        transport = self._transport
         if transport is not None:
             transport.close()
             self._loop.call_later(CLOSE_GRACE, self.abort)
@@ -385,9 +318,8 @@ class Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the connection without waiting for buffers or TLS close."""
-        for transport in (self._transport, self._raw_transport):
-            if transport is not None:
-                transport.abort()
+        if self._transport is not None:
+            self._transport.abort()
 
 
 # Kernel liveness on link sockets: keepalive probes after 10 s of silence (3,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from axl.identity import NodeIdentity
 from axl.link.connection import Connection, Link, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
+from axl.link.protocol import HANDSHAKE_TIMEOUT
 from axl.link.queue import DEFAULT_BYTE_CAP
 from axl.link.transports import Listener, dial, listen
 from axl.link.uri import PeerURI, URIError, parse_peer_uri
@@ -24,7 +25,6 @@ from axl.tasks import start_task
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
 
-HANDSHAKE_TIMEOUT = 6.0
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
 BACKOFF_JITTER = 0.2
