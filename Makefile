@@ -11,6 +11,8 @@ BIN := $(VENV)/bin
 N ?= 5
 SHAPE ?= line
 DEGREE ?= 3
+# Link types cycled over the testnet's edges: tls, tcp, quic, ws, unix (e.g. LINKS=tls,quic,ws).
+LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
@@ -51,7 +53,7 @@ run3: $(KEYS)
 # N nodes on loopback (SHAPE line|star|ring|random, DEGREE for random); the node
 # list goes to .axl-testnet/testnet.json, which every example reads.
 testnet: $(BIN)/axl-node
-	$(BIN)/axl-testnet -n $(N) --shape $(SHAPE) --degree $(DEGREE)
+	$(BIN)/axl-testnet -n $(N) --shape $(SHAPE) --degree $(DEGREE) --links $(LINKS)
 
 bench: $(BIN)/axl-node
 	$(PY) -m axl.bench

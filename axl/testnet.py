@@ -39,6 +39,9 @@ log = logging.getLogger("axl.testnet")
 
 SHAPES = ("line", "star", "ring", "random")
 LOOPBACK = "127.0.0.1"
+TESTNET_LINKS = ("tls", "tcp", "quic", "ws", "unix")
+# Link types that need a TCP port of their own besides the tls one.
+TCP_LINKS = ("tcp", "ws")
 STOP_GRACE_SECONDS = 5.0
 POLL_INTERVAL_SECONDS = 0.2
 HTTP_TIMEOUT_SECONDS = 2.0
@@ -199,6 +202,7 @@ class TestnetNode:
     config_path: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    link_ports: dict[str, int] = field(default_factory=dict)
     _log_file: Any = field(default=None, repr=False)
 
     @property
@@ -212,6 +216,18 @@ class TestnetNode:
     @property
     def listen_uri(self) -> str:
         return f"tls://{LOOPBACK}:{self.listen_port}"
+
+    def uri(self, scheme: str) -> str:
+        """Where to reach this node over one link type: quic shares the tls
+        port number (UDP), tcp and ws have their own, unix a socket file."""
+        if scheme == "unix":
+            return f"unix://{self.config_path.resolve().with_suffix('.sock')}"
+        port = self.listen_port if scheme in ("tls", "quic") else self.link_ports[scheme]
+        return f"{scheme}://{LOOPBACK}:{port}"
+
+    @property
+    def listen_uris(self) -> list[str]:
+        return [self.listen_uri] + [self.uri(s) for s in sorted(self.link_ports) if s != "tls"]
 
     @property
     def running(self) -> bool:
@@ -304,9 +320,11 @@ class Testnet:
         node_command: list[str] | None = None,
         extra_config: dict[str, Any] | None = None,
         json_path: str | Path | None = None,
+        links: list[str] | None = None,
     ) -> None:
         self.shape = shape
         self.edges = shape_edges(n, shape, degree, seed)
+        self.links = check_links(links or ["tls"])
         self.base_dir = Path(base_dir)
         self.log_level = log_level
         self.node_command = node_command or default_node_command()
@@ -324,6 +342,10 @@ class Testnet:
             api_port = base_port + index if base_port else free_port(taken, rng)
             listen_port = base_port + n + index if base_port else free_port(taken, rng)
             dial = [a for a, b in self.edges if b == index]
+            schemes = {self.edge_scheme(k) for k, (a, _) in enumerate(self.edges) if a == index}
+            ports = {scheme: (base_port + (2 + TCP_LINKS.index(scheme)) * n + index if base_port
+                              else free_port(taken, rng))
+                     for scheme in schemes if scheme in TCP_LINKS}
             nodes.append(
                 TestnetNode(
                     index=index,
@@ -331,11 +353,16 @@ class Testnet:
                     api_port=api_port,
                     listen_port=listen_port,
                     dial=dial,
+                    link_ports={**ports, **{s: 0 for s in schemes - set(ports)}},
                     config_path=self.base_dir / f"node-{index}.json",
                     log_path=self.base_dir / f"node-{index}.log",
                 )
             )
         return nodes
+
+    def edge_scheme(self, edge: int) -> str:
+        """LINKS cycles over the edges: edge k uses links[k % len(links)]."""
+        return self.links[edge % len(self.links)]
 
     @property
     def degrees(self) -> list[int]:
@@ -355,8 +382,9 @@ class Testnet:
             os.chmod(key_path, 0o600)
             config = {
                 "PrivateKeyPath": str(key_path.resolve()),
-                "Peers": [self.nodes[j].listen_uri for j in node.dial],
-                "Listen": [node.listen_uri],
+                "Peers": [self.nodes[a].uri(self.edge_scheme(k))
+                          for k, (a, b) in enumerate(self.edges) if b == node.index],
+                "Listen": node.listen_uris,
                 "api_port": node.api_port,
                 "bridge_addr": LOOPBACK,
                 **self.extra_config,
@@ -398,7 +426,7 @@ class Testnet:
         if not self.fixed_ports:
             return
         for node in self.nodes:
-            for port in (node.api_port, node.listen_port):
+            for port in (node.api_port, node.listen_port, *node.link_ports.values()):
                 if not port_bindable(port, reuse_address=True):
                     raise TestnetError(
                         f"port {port} on {LOOPBACK} is in use (another testnet or program?); "
@@ -591,6 +619,15 @@ def run_configs(paths: list[str]) -> int:
         runner.stop()
 
 
+def check_links(links: list[str]) -> list[str]:
+    """The link types a testnet can run by itself (socks and wss need a proxy)."""
+    unknown = [scheme for scheme in links if scheme not in TESTNET_LINKS]
+    if unknown or not links:
+        raise ValueError(f"unknown link type {unknown[0] if unknown else ''!r}: "
+                         f"LINKS takes a comma-separated list of {', '.join(TESTNET_LINKS)}")
+    return links
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="axl-testnet", description="Run N axl-node processes on loopback.")
     parser.add_argument("-n", "--nodes", type=int, default=5, help="number of nodes [5]")
@@ -601,6 +638,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="where to write the node list [DIR/testnet.json]")
     parser.add_argument("--base-port", type=int, default=9100,
                         help="bridge ports BASE+i, listen ports BASE+N+i; 0 = any free ports [9100]")
+    parser.add_argument("--links", default="tls",
+                        help="link types cycled over the edges, e.g. tls,quic,ws [tls]")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for convergence [60]")
     parser.add_argument("--log-level", default="info", help="axl-node log level [info]")
     parser.add_argument("--run", nargs="+", metavar="CONFIG",
@@ -622,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         testnet = Testnet(args.nodes, args.shape, args.dir, degree=args.degree, seed=args.seed,
-                          base_port=args.base_port, log_level=args.log_level, json_path=args.json)
+                          base_port=args.base_port, log_level=args.log_level, json_path=args.json,
+                          links=args.links.split(","))
     except (ValueError, TestnetError) as error:
         print(f"axl-testnet: {error}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections import deque
 from pathlib import Path
 
@@ -329,3 +330,37 @@ def _lines_until(process: subprocess.Popen, match, want: int, timeout: float = 3
 
 if __name__ == "__main__":
     fake_main()
+
+
+def test_links_cycle_over_the_edges_in_the_configs(tmp_path):
+    testnet = Testnet(4, "ring", tmp_path, links=["tls", "quic", "ws", "unix"],
+                      node_command=FAKE_NODE_COMMAND)
+    testnet.write_configs()
+    peers = [uri for node in testnet.nodes
+             for uri in json.loads(node.config_path.read_text())["Peers"]]
+    assert sorted(uri.split(":")[0] for uri in peers) == ["quic", "tls", "unix", "ws"]
+    listens = {uri for node in testnet.nodes
+               for uri in json.loads(node.config_path.read_text())["Listen"]}
+    assert set(peers) <= listens
+    with pytest.raises(ValueError, match="unknown link type 'socks'"):
+        Testnet(2, "line", tmp_path, links=["tls", "socks"])
+
+
+async def test_mixed_link_testnet_converges_and_routes(tmp_path):
+    """Five real nodes in a ring whose edges are quic, ws and tls in turn."""
+    async with Testnet(5, "ring", tmp_path, links=["quic", "ws", "tls"],
+                       node_command=node_command(REAL_NODE)) as testnet:
+        root = await testnet.wait_converged_async(timeout=45)
+        assert root in {node.peer_id for node in testnet.nodes}
+        schemes = {peer["scheme"] for node in testnet.nodes
+                   for peer in testnet.topology(node.index)["peers"] if peer["up"]}
+        assert schemes == {"quic", "ws", "tls"}
+        source, dest = testnet.nodes[0], testnet.nodes[2]
+        request = urllib.request.Request(
+            source.bridge_url + "/send", data=b"across mixed links", method="POST",
+            headers={"X-Destination-Peer-Id": dest.peer_id})
+        with await asyncio.to_thread(urllib.request.urlopen, request, timeout=60) as response:
+            assert response.status == 200
+        with await asyncio.to_thread(urllib.request.urlopen,
+                                     dest.bridge_url + "/recv?wait=10", timeout=30) as response:
+            assert response.read() == b"across mixed links"
