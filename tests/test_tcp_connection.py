@@ -299,3 +299,16 @@ def test_a_tiny_peer_mss_is_raised_to_the_ipv6_minimum(offered: int | None) -> N
     data = [s for s in conn.segments_to_send(0.02) if s.payload]
     assert conn.send_mss == 1220
     assert [len(s.payload) for s in data] == [1220, 1220, 1220, 1220, 120]
+
+
+def test_retransmit_now_resends_an_unanswered_syn_at_once() -> None:
+    """After the session under it was re-keyed, a SYN waits for no timer (path_changed would, at backoff 0)."""
+    conn = TcpConnection(50000, AXL, 7000, iss=1, config=TcpConfig())
+    conn.open_active()
+    [syn] = conn.segments_to_send(0.0)
+    conn.path_changed(0.01)
+    assert conn.get_timer() == 1.0
+    conn.retransmit_now(0.01)
+    assert conn.get_timer() == 0.01
+    conn.handle_timer(0.01)
+    assert [s.flags for s in conn.segments_to_send(0.01)] == [SYN]

@@ -182,6 +182,8 @@ class NodeCore:
             case PathFound(key=key):
                 self._pending.extend(self.device.path_found(key, now))
                 self.stack.path_changed(address_for_key(key), now)
+            case sessions.Rekeyed(remote_key=key):
+                self.stack.retransmit_now(address_for_key(key), now)
             case SendPacket(dest_key=dest, packet=packet):
                 self._pending.extend(self.router.send(dest, packet, now))
             case sessions.Deliver(source_key=source, message=message):

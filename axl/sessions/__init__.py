@@ -1,7 +1,7 @@
 """End-to-end encrypted sessions between node keys (ironwood's encrypted layer)."""
 
 from axl.sessions.crypto import KeyPair, KeyPairFactory, random_key_pair
-from axl.sessions.manager import Action, Deliver, SendPacket, SessionManager
+from axl.sessions.manager import Action, Deliver, Rekeyed, SendPacket, SessionManager
 
 __all__ = [
     "Action", "Deliver", "KeyPair", "KeyPairFactory", "SendPacket", "SessionManager",

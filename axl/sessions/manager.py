@@ -67,7 +67,19 @@ class Deliver:
     message: bytes
 
 
-Action = SendPacket | Deliver
+@dataclass(frozen=True)
+class Rekeyed:
+    """An existing session with `remote_key` took new keys from a handshake.
+
+    What was sealed toward it shortly before was most likely dropped by the
+    remote (a restarted peer cannot open it), so the layer above should
+    retransmit now rather than after its timer.
+    """
+
+    remote_key: bytes
+
+
+Action = SendPacket | Deliver | Rekeyed
 
 
 @dataclass
@@ -269,11 +281,14 @@ class SessionManager:
         session.expires = now + SESSION_TIMEOUT
 
     def _handle_init(self, remote: bytes, fields: Handshake, now: float) -> list[Action]:
+        existed = self._live_session(remote, now) is not None
         session, buffer = self._session_for_handshake(remote, fields, now)
         actions: list[Action] = []
         if fields.seq > session.seq:
             self._update(session, fields, now)
             actions += self._send_handshake(TYPE_ACK, remote, self._own_handshake(session, now))
+            if existed:
+                actions.append(Rekeyed(remote))
         return actions + self._flush(session, buffer, now)
 
     def _handle_ack(self, remote: bytes, fields: Handshake, now: float) -> list[Action]:
@@ -282,6 +297,7 @@ class SessionManager:
             return self._handle_init(remote, fields, now)
         if fields.seq > session.seq:
             self._update(session, fields, now)
+            return [Rekeyed(remote)]
         return []
 
     def _flush(self, session: _Session, buffer: _Buffer | None, now: float) -> list[Action]:
@@ -308,8 +324,13 @@ class SessionManager:
     def _handle_traffic(self, remote: bytes, packet: bytes, now: float) -> list[Action]:
         session = self._live_session(remote, now)
         if session is None:
+            # One second below our clock: the Ack we send once the remote
+            # answers this Init carries the current second and so outranks
+            # it, which heals a restart in one round trip. With equal seqs
+            # (Go's choice) the remote ignores that Ack, keeps the forgotten
+            # keys, and the next second's Init must repair it.
             throwaway = Handshake(current=self._new_keys().public, next=self._new_keys().public,
-                                  key_seq=0, seq=self._handshake_seq(now))
+                                  key_seq=0, seq=self._handshake_seq(now) - 1)
             return self._send_handshake(TYPE_INIT, remote, throwaway)
         if len(packet) < TRAFFIC_OVERHEAD_MIN:
             self.dropped["short"] += 1

@@ -839,7 +839,12 @@ class TcpConnection:
         a lookup found another one, the old backoff and retry count only
         measure the outage, so both start again.
         """
-        if self._rto_deadline is not None and self._backoff > 0:
+        if self._backoff > 0:
+            self.retransmit_now(now)
+
+    def retransmit_now(self, now: float) -> None:
+        """Whatever is unacknowledged was lost (the session under us was re-keyed): resend now."""
+        if self._rto_deadline is not None:
             self._touch()
             self._backoff = 0
             self._retries = 0

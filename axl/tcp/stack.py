@@ -98,6 +98,12 @@ class TcpStack:
             if conn.remote_address == remote_address:
                 conn.path_changed(now)
 
+    def retransmit_now(self, remote_address: bytes, now: float) -> None:
+        """Every connection to `remote_address` resends what is unacknowledged now."""
+        for conn in self._connections.values():
+            if conn.remote_address == remote_address:
+                conn.retransmit_now(now)
+
     @property
     def connections(self) -> list[TcpConnection]:
         return list(self._connections.values())
