@@ -31,7 +31,8 @@ examples:
   axl-node genkey private.pem
 
 The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
-GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer}.
+GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer},
+GET /metrics (Prometheus) and /dashboard/ (a live page in the browser).
 
 environment:
   AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
