@@ -75,7 +75,7 @@ def test_nodes_find_each_other_by_beacons(lan, tmp_path: Path) -> None:
         wait_for(lambda: ids["m2"] in m1.up_peers() and ids["m1"] in m2.up_peers(), 30,
                  "m1 and m2 linked by multicast discovery")
         peers = m1.topology()["peers"]
-        assert all(p["scheme"] == "tls" and "%mc0" in p["uri"] for p in peers if p["up"])
+        assert all(p["scheme"] == "tls" and "%mc0" in p["uri"] for p in peers if p["up"]), [p["uri"] for p in peers]
         wait_for(lambda: m1.http("POST", "/send", b"found you",
                                  {"X-Destination-Peer-Id": ids["m2"]})[0] == 200,
                  30, "a message from m1 to m2")

@@ -345,5 +345,12 @@ def enable_tcp_keepalive(sock: Any) -> None:
 
 
 def _format_addr(addr: tuple[Any, ...]) -> str:
+    """`host:port`; a link-local IPv6 peer keeps its interface (`%eth0`),
+    which some event loops leave out of the host and give as a scope id."""
     host, port = addr[0], addr[1]
+    if len(addr) == 4 and addr[3] and "%" not in host:
+        try:
+            host = f"{host}%{socket.if_indextoname(addr[3])}"
+        except OSError:
+            host = f"{host}%{addr[3]}"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
