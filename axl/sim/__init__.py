@@ -1,5 +1,8 @@
-"""Deterministic in-memory simulator of many routers (the daemon's own Router code)."""
+"""Deterministic in-memory simulators: many routers (`Network`, the routing
+layer at scale) and many full nodes (`StackNetwork`, the daemon's NodeCore and
+LinkConnection over virtual links)."""
 
 from axl.sim.network import Network, SimLink, SimNode, sim_identity
+from axl.sim.stack import StackNetwork
 
-__all__ = ["Network", "SimLink", "SimNode", "sim_identity"]
+__all__ = ["Network", "SimLink", "SimNode", "StackNetwork", "sim_identity"]

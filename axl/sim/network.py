@@ -184,17 +184,7 @@ class Network:
                 self.connect(hub, i, **kw)
 
     def random_graph(self, degree: int, **kw) -> None:
-        """Connected: a random spanning tree, then random extra edges up to about `degree` each."""
-        order = list(range(len(self.nodes)))
-        self.rng.shuffle(order)
-        edges: set[tuple[int, int]] = set()
-        for pos in range(1, len(order)):
-            edges.add(_edge(order[pos], order[self.rng.randrange(pos)]))
-        target = len(self.nodes) * degree // 2
-        while len(edges) < target:
-            a, b = self.rng.sample(range(len(self.nodes)), 2)
-            edges.add(_edge(a, b))
-        for a, b in sorted(edges):
+        for a, b in random_edges(len(self.nodes), degree, self.rng):
             self.connect(a, b, **kw)
 
     def internet(self, *, core_share: float = 0.02, core_degree: int = 6,
@@ -427,6 +417,20 @@ class Network:
             self._link_down(link)
             return
         self._apply(node, actions)
+
+
+def random_edges(size: int, degree: int, rng: random.Random) -> list[tuple[int, int]]:
+    """Connected: a random spanning tree, then random extra edges up to about `degree` each."""
+    order = list(range(size))
+    rng.shuffle(order)
+    edges: set[tuple[int, int]] = set()
+    for pos in range(1, len(order)):
+        edges.add(_edge(order[pos], order[rng.randrange(pos)]))
+    target = size * degree // 2
+    while len(edges) < target:
+        a, b = rng.sample(range(size), 2)
+        edges.add(_edge(a, b))
+    return sorted(edges)
 
 
 def _edge(a: int, b: int) -> tuple[int, int]:

@@ -1,0 +1,84 @@
+"""Full nodes in the simulator: the daemon's NodeCore and LinkConnection over
+virtual links, application messages end to end on a virtual clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from axl.node.messages import MessageSettings
+from axl.sim.__main__ import main
+from axl.sim.stack import StackNetwork
+
+
+def test_messages_command_delivers_every_message_over_lossy_links(capsys):
+    status = main(["messages", "--nodes", "40", "--degree", "3", "--loss", "0.01",
+                   "--messages", "60", "--seed", "5"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "delivered 60/60 acknowledged 60 lost 0 duplicated 0"
+    assert lines[-2].startswith("virtual time ")
+    assert status == 0
+
+
+def test_messages_command_refuses_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["messages", "--nodes", "1", "--messages", "5"])
+    assert exit_info.value.code == 2
+    assert "need --nodes >= 2" in capsys.readouterr().err
+
+
+def _line(size: int, **link) -> StackNetwork:
+    net = StackNetwork(size, seed=11, settings=MessageSettings(send_timeout=30.0))
+    for index in range(size - 1):
+        net.connect(index, index + 1, **link)
+    net.run(8)
+    assert net.linked()
+    return net
+
+
+def test_overlay_tcp_recovers_traffic_frames_the_relays_drop():
+    net = _line(4)
+    net.send(0, 3, (0).to_bytes(8, "big") + b"opens the session", 0)
+    net.run(3)
+    for node in net.nodes:
+        for end in node.ends:
+            end.drop = 0.1
+    payload = (1).to_bytes(8, "big") + random.Random(3).randbytes(200_000)
+    net.send(0, 3, payload, 1)
+    net.run(30)
+    assert net.dropped > 0
+    assert net.tally.acknowledged == {0, 1}
+    assert net.inbox[3][-1] == (net.nodes[0].key, payload)
+
+
+def test_request_gets_its_reply_through_relays():
+    net = _line(3)
+    net.answer = lambda index, sender, payload: b"reply from %d" % index
+    net.request(0, 2, (7).to_bytes(8, "big") + b"question", 7, timeout=10.0)
+    net.run(5)
+    assert net.tally.replies == {7: b"reply from 2"}
+
+
+def test_bandwidth_delays_a_large_message_by_its_size():
+    slow, fast = _line(2, bandwidth=100_000), _line(2)
+    payload = (2).to_bytes(8, "big") + bytes(300_000)
+    arrival = []
+    for net in (slow, fast):
+        start = net.now
+        net.send(0, 1, payload, 2)
+        net.run_until(start + 60, done=lambda net=net: bool(net.tally.acknowledged))
+        arrival.append(net.now - start)
+    assert arrival[0] >= 3.0 > arrival[1]
+
+
+def test_same_seed_same_run():
+    def run() -> tuple:
+        net = StackNetwork(12, seed=4)
+        net.random_graph(3, drop=0.05)
+        net.run(8)
+        for number in range(10):
+            net.send(number, 11 - number, number.to_bytes(8, "big") + b"x", number)
+        net.run(20)
+        return net.tally.line(), net.dropped, sorted(net.tally.acknowledged)
+    assert run() == run()
