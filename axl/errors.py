@@ -23,3 +23,17 @@ class DeliveryTimeout(DeliveryError):
 
 class MessageTooLarge(DeliveryError):
     """The payload exceeds max_message_size (HTTP 413)."""
+
+
+STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
+    (MessageTooLarge, 413),
+    (PeerUnreachable, 502),
+    (ReceiverFull, 503),
+    (DeliveryTimeout, 504),
+    (DeliveryError, 502),
+]
+
+
+def status_for(error: DeliveryError) -> int:
+    """The HTTP status that reports `error` (POST /send's, and a /ws ack's)."""
+    return next(status for kind, status in STATUS_FOR_ERROR if isinstance(error, kind))

@@ -104,6 +104,14 @@ class NodeProcess:
         return self.request("GET", f"/recv?wait={wait}", timeout=wait + 10)
 
 
+def drain(node: NodeProcess) -> list[bytes]:
+    """Everything in `node`'s receive queue, taken without waiting."""
+    got = []
+    while (response := node.recv(0))[0] == 200:
+        got.append(response[2])
+    return got
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last_error = None

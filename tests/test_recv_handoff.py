@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from axl.node.inbox import Inbox
-from nodes import Cluster
+from nodes import Cluster, drain
 
 SENDER = b"\x01" * 32
 
@@ -82,13 +82,6 @@ def empty(node):
     drain(node)
     yield node
     drain(node)
-
-
-def drain(node) -> list[bytes]:
-    got = []
-    while (response := node.recv(0))[0] == 200:
-        got.append(response[2])
-    return got
 
 
 def send_all(node, payloads: list[bytes]) -> None:

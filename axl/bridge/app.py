@@ -15,13 +15,8 @@ from aiohttp import ClientConnectionError, web
 
 from axl.config import NodeConfig
 from axl.adapters import AgentBridgeSettings, add_agent_routes
-from axl.errors import (
-    DeliveryError,
-    DeliveryTimeout,
-    MessageTooLarge,
-    PeerUnreachable,
-    ReceiverFull,
-)
+from axl.bridge.ws import ReceiverSlot, handle_ws
+from axl.errors import DeliveryError, status_for
 from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
 from axl.node.inbox import InboxMessage
@@ -49,19 +44,6 @@ class BridgeNode(ObservedNode, Protocol):
     def give_back(self, messages: list[InboxMessage]) -> None: ...
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
-
-
-STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
-    (MessageTooLarge, 413),
-    (PeerUnreachable, 502),
-    (ReceiverFull, 503),
-    (DeliveryTimeout, 504),
-    (DeliveryError, 502),
-]
-
-
-def status_for(error: DeliveryError) -> int:
-    return next(status for kind, status in STATUS_FOR_ERROR if isinstance(error, kind))
 
 
 class ClientWatch:
@@ -153,6 +135,8 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
         return text_error(400, "wait must be a number of seconds")
     if not 0 <= wait <= MAX_RECV_WAIT:
         return text_error(400, f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds")
+    if request.app["receiver"].holder is not None:
+        return text_error(409, "a /ws?recv=1 connection is receiving this node's messages")
     node = _node(request)
     message = await take_for_client(request, node, wait)
     if message is None:
@@ -196,10 +180,12 @@ def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = Non
     app = web.Application(client_max_size=node.max_message_size + 1)
     app["node"] = node
     app["clients"] = clients or ClientWatch()
+    app["receiver"] = ReceiverSlot()
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send, expect_handler=refuse_oversized_early(node.max_message_size))
     app.router.add_get("/recv", handle_recv)
+    app.router.add_get("/ws", handle_ws)
     add_observability(app, node)
     add_agent_routes(app, node, agent_settings or AgentBridgeSettings(
         mcp_timeout=float(node.config.mcp_timeout_secs),

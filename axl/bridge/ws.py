@@ -1,0 +1,288 @@
+"""`GET /ws`: the streaming bridge, both directions on one WebSocket (SPEC.md "GET /ws").
+
+Sending: each binary frame is a 32-byte destination key and a payload. The
+frames are numbered 1, 2, 3, ... and each is answered with a text frame
+`{"ack": n, "status": S}` once `node.send` knows its fate. Frames to one
+destination are sent one after another (so they arrive in order); frames to
+different destinations go concurrently, so their acks may come out of order.
+At most MAX_IN_FLIGHT frames (MAX_IN_FLIGHT_BYTES of payload) wait for their
+fate; beyond that the socket is not read, and TCP pushes back on the client.
+
+Receiving (`?recv=1[&window=N]`): the connection takes the node's incoming
+messages in place of `/recv`, as binary frames of 8-byte id, 32-byte sender
+key and payload. The client says `{"done": id}` or `{"done": [ids]}`; at
+most `window` delivered messages are not done. Those not done when the
+connection ends go back to the front of the queue, in their order, so a
+client that leaves loses nothing. One receiving connection at a time.
+
+Protocol violations close the connection with 1008 and a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
+
+from axl.errors import DeliveryError, status_for
+from axl.node.inbox import InboxMessage
+from axl.tasks import start_task
+
+if TYPE_CHECKING:
+    from axl.bridge.app import BridgeNode
+
+log = logging.getLogger("axl.bridge")
+
+KEY_SIZE = 32
+ID_SIZE = 8
+DEFAULT_WINDOW = 64
+MAX_WINDOW = 1024
+MAX_IN_FLIGHT = 256
+MAX_IN_FLIGHT_BYTES = 64 << 20
+# How long one wait for an incoming message lasts before the pump looks again.
+RECV_POLL = 30.0
+CLOSE_REASON_MAX = 120
+# A frame up to this much over the limit is read and acknowledged 413; aiohttp
+# closes the connection (1009) on a larger one instead of buffering it.
+OVERSIZE_SLACK = 64 << 10
+
+
+class ProtocolViolation(Exception):
+    """The client broke the /ws protocol; the text is the close reason."""
+
+
+@dataclass
+class ReceiverSlot:
+    """Which connection, if any, receives the node's messages instead of `/recv`."""
+
+    holder: object | None = None
+
+
+def parse_window(text: str | None) -> int:
+    """The `window` query parameter; ValueError with a one-line reason when bad."""
+    if text is None:
+        return DEFAULT_WINDOW
+    try:
+        window = int(text)
+    except ValueError:
+        raise ValueError("window must be an integer") from None
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be between 1 and {MAX_WINDOW}")
+    return window
+
+
+def parse_done(text: str) -> list[int]:
+    """The ids of a `{"done": id}` or `{"done": [id, ...]}` text frame."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        raise ProtocolViolation("text frame is not JSON") from None
+    done = message.get("done") if isinstance(message, dict) else None
+    ids = done if isinstance(done, list) else [done]
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ProtocolViolation('expected {"done": id} or {"done": [id, ...]}')
+    return ids
+
+
+def delivery_frame(message: InboxMessage) -> bytes:
+    return message.id.to_bytes(ID_SIZE, "big") + message.sender + message.payload
+
+
+def ack_text(number: int, status: int, error: str | None = None) -> str:
+    ack: dict[str, object] = {"ack": number, "status": status}
+    if error is not None:
+        ack["error"] = error
+    return json.dumps(ack)
+
+
+@dataclass
+class _Flow:
+    """Frames read from the client whose fate is not yet known, for back-pressure."""
+
+    frames: int = 0
+    bytes: int = 0
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.room.set()
+
+    def add(self, size: int) -> None:
+        self.frames += 1
+        self.bytes += size
+        if self.frames >= MAX_IN_FLIGHT or self.bytes >= MAX_IN_FLIGHT_BYTES:
+            self.room.clear()
+
+    def remove(self, size: int) -> None:
+        self.frames -= 1
+        self.bytes -= size
+        if self.frames < MAX_IN_FLIGHT and self.bytes < MAX_IN_FLIGHT_BYTES:
+            self.room.set()
+
+
+class StreamingSession:
+    """One /ws connection: its numbered sends and, with a window, its deliveries."""
+
+    def __init__(self, node: "BridgeNode", ws: web.WebSocketResponse, window: int | None) -> None:
+        self.node = node
+        self.ws = ws
+        self.window = window
+        self._frames = 0
+        self._queues: dict[bytes, deque[tuple[int, bytes]]] = {}
+        self._senders: set[asyncio.Task] = set()
+        self._flow = _Flow()
+        self._delivered: dict[int, InboxMessage] = {}
+        self._room_to_deliver = asyncio.Event()
+        self._room_to_deliver.set()
+
+    async def run(self) -> None:
+        """Serve the client until it closes or leaves; then its undone messages go back."""
+        pump = start_task(self._deliver_forever(), log, "ws delivery") if self.window else None
+        try:
+            await self._read_client()
+        finally:
+            if pump is not None:
+                pump.cancel()
+                await asyncio.wait({pump}, timeout=5)
+            self._give_back_undone()
+
+    async def finish_sends(self) -> None:
+        """Let the frames already read reach their fate (each is bounded by the send timeouts)."""
+        if self._senders:
+            await asyncio.wait(self._senders)
+
+    # -- reading the client ------------------------------------------------
+
+    async def _read_client(self) -> None:
+        while not self.ws.closed:
+            await self._flow.room.wait()
+            message = await self.ws.receive()
+            try:
+                if message.type == WSMsgType.BINARY:
+                    await self._accept_send(message.data)
+                elif message.type == WSMsgType.TEXT:
+                    self._accept_done(message.data)
+                elif message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
+                                      WSMsgType.ERROR):
+                    return
+            except ProtocolViolation as exc:
+                log.info("/ws protocol violation: %s", exc)
+                await self.ws.close(code=WSCloseCode.POLICY_VIOLATION,
+                                    message=str(exc)[:CLOSE_REASON_MAX].encode())
+                return
+
+    async def _accept_send(self, data: bytes) -> None:
+        self._frames += 1
+        number = self._frames
+        if len(data) < KEY_SIZE:
+            await self._ack(number, 400, f"frame of {len(data)} bytes is shorter than the "
+                                         f"{KEY_SIZE}-byte destination key")
+            return
+        dest, payload = data[:KEY_SIZE], data[KEY_SIZE:]
+        self._flow.add(len(payload))
+        queue = self._queues.get(dest)
+        if queue is None:
+            queue = self._queues[dest] = deque()
+            task = start_task(self._send_in_order(dest, queue), log, "ws sender")
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
+        queue.append((number, payload))
+
+    async def _send_in_order(self, dest: bytes, queue: deque[tuple[int, bytes]]) -> None:
+        """Send one destination's frames one after another; ends when its queue is empty."""
+        while queue:
+            number, payload = queue[0]
+            status, error = await self._send_one(dest, payload)
+            queue.popleft()
+            self._flow.remove(len(payload))
+            await self._ack(number, status, error)
+        del self._queues[dest]
+
+    async def _send_one(self, dest: bytes, payload: bytes) -> tuple[int, str | None]:
+        started = time.monotonic()
+        try:
+            await self.node.send(dest, payload)
+        except DeliveryError as exc:
+            status = status_for(exc)
+            self.node.stats.send_finished(dest, len(payload), status, None, time.time())
+            return status, str(exc)
+        self.node.stats.send_finished(dest, len(payload), 200, time.monotonic() - started, time.time())
+        return 200, None
+
+    async def _ack(self, number: int, status: int, error: str | None) -> None:
+        try:
+            await self.ws.send_str(ack_text(number, status, error))
+        except (ConnectionError, ClientConnectionError):
+            log.info("/ws client left before ack %d (status %d)", number, status)
+
+    def _accept_done(self, text: str) -> None:
+        if not self.window:
+            raise ProtocolViolation('text frames ({"done": ...}) need a receiving connection (?recv=1)')
+        ids = parse_done(text)
+        unknown = [i for i in ids if i not in self._delivered]
+        if unknown:
+            raise ProtocolViolation(f"done for id {unknown[0]}, which is not delivered and undone")
+        for message_id in ids:
+            del self._delivered[message_id]
+        self._room_to_deliver.set()
+
+    # -- delivering to the client --------------------------------------------
+
+    async def _deliver_forever(self) -> None:
+        """Take messages from the queue and send them, keeping at most `window` undone."""
+        while not self.ws.closed:
+            if len(self._delivered) >= self.window:
+                self._room_to_deliver.clear()
+                await self._room_to_deliver.wait()
+                continue
+            message = await self.node.recv(RECV_POLL)
+            if message is None:
+                continue
+            self._delivered[message.id] = message
+            try:
+                await self.ws.send_bytes(delivery_frame(message))
+            except (ConnectionError, ClientConnectionError):
+                return
+
+    def _give_back_undone(self) -> None:
+        if self._delivered:
+            undone = list(self._delivered.values())
+            self._delivered.clear()
+            self.node.give_back(undone)
+            log.info("/ws receiver left: %d undone messages back at the front of the queue", len(undone))
+
+
+async def handle_ws(request: web.Request) -> web.StreamResponse:
+    node: BridgeNode = request.app["node"]
+    slot: ReceiverSlot = request.app["receiver"]
+    receiving = request.query.get("recv") == "1"
+    window = None
+    if receiving:
+        try:
+            window = parse_window(request.query.get("window"))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        if slot.holder is not None:
+            return web.Response(status=409, text="another /ws connection is receiving this node's messages\n")
+    # The close handshake is answered only after the undone messages are back
+    # in the queue and the slot is free: a client that reconnects as soon as
+    # its close completes finds both.
+    ws = web.WebSocketResponse(max_msg_size=KEY_SIZE + node.max_message_size + OVERSIZE_SLACK,
+                               autoclose=False)
+    if receiving:
+        slot.holder = ws
+    session = StreamingSession(node, ws, window)
+    try:
+        await ws.prepare(request)
+        await session.run()
+    finally:
+        if slot.holder is ws:
+            slot.holder = None
+    await ws.close()
+    await session.finish_sends()
+    return ws

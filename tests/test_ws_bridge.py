@@ -1,0 +1,253 @@
+"""GET /ws, the streaming bridge, against real nodes (SPEC.md "GET /ws")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from nodes import Cluster, drain, up_peers, wait_until
+
+LIMIT = 64 << 10
+WAIT = 20.0
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("ws"))
+    a = cluster.add("a", extra={"max_message_size": LIMIT, "lookup_timeout_secs": 3})
+    b = cluster.add("b", peers=[a])
+    cluster.start_all()
+    try:
+        wait_until(lambda: len(up_peers(a)) == 1, 20, what="a and b peered")
+        wait_until(lambda: a.send(b.peer_id, b"warm")[0] == 200 and b.send(a.peer_id, b"warm")[0] == 200,
+                   30, what="paths both ways")
+        yield a, b
+    finally:
+        cluster.stop_all()
+
+
+@pytest.fixture
+def clean(pair):
+    """Both queues empty before and after the test."""
+    for node in pair:
+        drain(node)
+    yield pair
+    for node in pair:
+        drain(node)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+class WsClient:
+    """A small test client for /ws: binary sends, JSON acks, deliveries, done."""
+
+    def __init__(self, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.session = session
+        self.ws = ws
+
+    @classmethod
+    async def open(cls, node, query: str = "") -> "WsClient":
+        session = aiohttp.ClientSession()
+        try:
+            ws = await session.ws_connect(f"{node.url}/ws{query}", max_msg_size=0)
+        except BaseException:
+            await session.close()
+            raise
+        return cls(session, ws)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self.session.close()
+
+    async def next(self) -> aiohttp.WSMessage:
+        return await asyncio.wait_for(self.ws.receive(), WAIT)
+
+    async def acks(self, count: int) -> dict[int, dict]:
+        acks = {}
+        while len(acks) < count:
+            message = await self.next()
+            assert message.type == aiohttp.WSMsgType.TEXT, message
+            ack = json.loads(message.data)
+            acks[ack["ack"]] = ack
+        return acks
+
+    async def delivery(self) -> tuple[int, str, bytes]:
+        message = await self.next()
+        assert message.type == aiohttp.WSMsgType.BINARY, message
+        data = message.data
+        return int.from_bytes(data[:8], "big"), data[8:40].hex(), data[40:]
+
+    async def done(self, *ids: int) -> None:
+        await self.ws.send_str(json.dumps({"done": ids[0] if len(ids) == 1 else list(ids)}))
+
+
+def frame(node, payload: bytes) -> bytes:
+    return bytes.fromhex(node.peer_id) + payload
+
+
+def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> None:
+    a, b = clean
+
+    async def scenario() -> dict[int, dict]:
+        client = await WsClient.open(a)
+        try:
+            for i in range(20):
+                await client.ws.send_bytes(frame(b if i % 2 else a, f"m{i}".encode()))
+            return await client.acks(20)
+        finally:
+            await client.close()
+
+    acks = run(scenario())
+    assert sorted(acks) == list(range(1, 21))
+    assert [ack for ack in acks.values() if ack["status"] != 200 or "error" in ack] == []
+    assert drain(b) == [f"m{i}".encode() for i in range(1, 20, 2)]
+    assert drain(a) == [f"m{i}".encode() for i in range(0, 20, 2)]
+
+
+def test_failed_sends_are_acknowledged_with_their_status(clean) -> None:
+    a, b = clean
+
+    async def scenario() -> dict[int, dict]:
+        client = await WsClient.open(a)
+        try:
+            await client.ws.send_bytes(b"\x01" * 31)
+            await client.ws.send_bytes(frame(b, b"x" * (LIMIT + 1)))
+            await client.ws.send_bytes(b"\xab" * 32 + b"nobody")
+            await client.ws.send_bytes(frame(b, b"after the failures"))
+            return await client.acks(4)
+        finally:
+            await client.close()
+
+    acks = run(scenario())
+    assert [acks[n]["status"] for n in (1, 2, 3, 4)] == [400, 413, 502, 200]
+    assert all(acks[n]["error"] for n in (1, 2, 3))
+    assert drain(b) == [b"after the failures"]
+
+
+def test_receiving_delivers_id_sender_payload_and_done_removes(clean) -> None:
+    a, b = clean
+    for i in range(3):
+        assert b.send(a.peer_id, f"r{i}".encode())[0] == 200
+
+    async def scenario() -> list[tuple[int, str, bytes]]:
+        client = await WsClient.open(a, "?recv=1")
+        try:
+            got = [await client.delivery() for _ in range(3)]
+            await client.done(*[message_id for message_id, _, _ in got])
+            assert (await asyncio.to_thread(b.send, a.peer_id, b"later"))[0] == 200
+            got.append(await client.delivery())
+            await client.done(got[-1][0])
+            return got
+        finally:
+            await client.close()
+
+    got = run(scenario())
+    assert [payload for _, _, payload in got] == [b"r0", b"r1", b"r2", b"later"]
+    assert {sender for _, sender, _ in got} == {b.peer_id}
+    ids = [message_id for message_id, _, _ in got]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    assert a.recv(0)[0] == 204
+
+
+def test_undone_messages_return_to_the_front_with_their_ids(clean) -> None:
+    a, b = clean
+    for i in range(4):
+        assert b.send(a.peer_id, f"u{i}".encode())[0] == 200
+
+    async def first_then_second() -> tuple[list, list]:
+        first = await WsClient.open(a, "?recv=1")
+        try:
+            taken = [await first.delivery() for _ in range(3)]
+            await first.done(taken[0][0])
+            await asyncio.sleep(0.2)
+        finally:
+            await first.close()
+        second = await WsClient.open(a, "?recv=1")
+        try:
+            again = [await second.delivery() for _ in range(3)]
+            await second.done(*[message_id for message_id, _, _ in again[:1]])
+            await asyncio.sleep(0.2)
+        finally:
+            await second.close()
+        return taken, again
+
+    taken, again = run(first_then_second())
+    assert [payload for _, _, payload in again] == [b"u1", b"u2", b"u3"]
+    assert [message_id for message_id, _, _ in again[:2]] == [message_id for message_id, _, _ in taken[1:]]
+    assert drain(a) == [b"u2", b"u3"]
+
+
+def test_window_limits_undone_deliveries(clean) -> None:
+    a, b = clean
+    for i in range(4):
+        assert b.send(a.peer_id, f"w{i}".encode())[0] == 200
+
+    async def scenario() -> None:
+        client = await WsClient.open(a, "?recv=1&window=2")
+        try:
+            first = [await client.delivery() for _ in range(2)]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.ws.receive(), 1.0)
+            await client.done(first[0][0])
+            third = await client.delivery()
+            assert third[2] == b"w2"
+            await client.done(first[1][0], third[0])
+            assert (await client.delivery())[2] == b"w3"
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_one_receiver_at_a_time_and_recv_answers_409_meanwhile(clean) -> None:
+    a, _ = clean
+
+    async def scenario() -> None:
+        receiver = await WsClient.open(a, "?recv=1")
+        try:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await receiver.session.ws_connect(f"{a.url}/ws?recv=1")
+            assert refused.value.status == 409
+            status, _, _ = await asyncio.to_thread(a.recv, 0)
+            assert status == 409
+            sender_only = await WsClient.open(a)
+            await sender_only.close()
+        finally:
+            await receiver.close()
+
+    run(scenario())
+    wait_until(lambda: a.recv(0)[0] == 204, 10, what="/recv served again")
+
+
+@pytest.mark.parametrize("window", ["0", "1025", "many"])
+def test_a_bad_window_is_400(pair, window: str) -> None:
+    a, _ = pair
+    status, _, body = a.request("GET", f"/ws?recv=1&window={window}")
+    assert status == 400 and b"window" in body
+
+
+@pytest.mark.parametrize("query, text", [
+    ("?recv=1", "not json"),
+    ("?recv=1", '{"done": "seven"}'),
+    ("?recv=1", '{"done": 123456789}'),
+    ("", '{"done": 1}'),
+])
+def test_protocol_violations_close_with_1008(clean, query: str, text: str) -> None:
+    a, _ = clean
+
+    async def scenario() -> aiohttp.WSMessage:
+        client = await WsClient.open(a, query)
+        try:
+            await client.ws.send_str(text)
+            return await client.next()
+        finally:
+            await client.close()
+
+    message = run(scenario())
+    assert message.type == aiohttp.WSMsgType.CLOSE
+    assert message.data == 1008 and message.extra
