@@ -1,5 +1,5 @@
 """The node's configuration file: Yggdrasil's overlay keys plus the bridge's
-snake_case settings, in one JSON object (SPEC.md section 2).
+snake_case settings, in one JSON object (docs/operations.md, "The config file").
 
 A config written for the Go AXL node must load unchanged, so numeric fields
 follow Go's rule that 0 means "use the default". Anything else that is wrong

@@ -1,5 +1,5 @@
 """Node identity: the ed25519 key, its peer id, and the Yggdrasil address and
-subnet derived from it (YGGDRASIL.md section g).
+subnet derived from it (yggdrasil-go v0.5.12 src/address/address.go).
 
 The address encodes a prefix of the *inverted* key, so that keys with many
 leading zero bits (the "better" keys) get shorter, rarer addresses. The

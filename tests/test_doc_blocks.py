@@ -121,3 +121,21 @@ def test_document_blocks_run_as_written(tmp_path, scenario):
     assert result.returncode == 0, output[-4000:]
     for needle in scenario.expect:
         assert needle in output, f"{needle!r} missing from:\n{output[-4000:]}"
+
+
+LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)")
+NAMED_DOC = re.compile(r"`([\w./-]+\.md)`")
+
+
+def test_documents_cite_only_what_the_repository_has():
+    """Links resolve inside the checkout and every `something.md` named exists in it."""
+    names = {path.name for path in markdown_files()} | {path.relative_to(REPO).as_posix() for path in markdown_files()}
+    problems = []
+    for path in markdown_files():
+        text = path.read_text()
+        problems += [f"{path.relative_to(REPO)}: link {target}" for target in LINK.findall(text)
+                     if not (path.parent / target).resolve().is_relative_to(REPO)
+                     or not (path.parent / target).exists()]
+        problems += [f"{path.relative_to(REPO)}: names {name}" for name in NAMED_DOC.findall(text)
+                     if name not in names and Path(name).name not in names]
+    assert not problems, problems

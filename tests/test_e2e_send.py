@@ -1,4 +1,4 @@
-"""Real processes: /send and /recv across relays, with every status code SPEC.md names."""
+"""Real processes: /send and /recv across relays, with every status code docs/operations.md names."""
 
 import hashlib
 import os

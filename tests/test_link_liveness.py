@@ -1,4 +1,4 @@
-"""ironwood's peerMonitor rules (DETAILS E4), driven with explicit times."""
+"""ironwood's peerMonitor rules (ironwood network/peers.go), driven with explicit times."""
 
 from __future__ import annotations
 

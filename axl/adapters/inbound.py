@@ -125,7 +125,7 @@ class InboundDispatcher:
     def refusal(self, payload: bytes) -> bytes | None:
         """An error reply for an envelope of an adapter this node has switched off.
 
-        The message still goes to /recv (SPEC section 4); the reply only spares
+        The message still goes to /recv, as the Go AXL node does; the reply only spares
         the calling node a wait for an answer that would never come. Senders
         that expect no reply (``/send``) never read it.
         """

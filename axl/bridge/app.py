@@ -1,4 +1,4 @@
-"""aiohttp application for the bridge (SPEC.md section 3).
+"""aiohttp application for the bridge (docs/operations.md "HTTP API", docs/openapi.yaml).
 
 The bridge only translates HTTP to calls on the node and node errors to
 status codes; it knows nothing about links, trees or sessions.

@@ -1,5 +1,5 @@
-"""The Yggdrasil core's datagram layer on top of sessions (YGGDRASIL-DETAILS.md
-E1, G13).
+"""The Yggdrasil core's datagram layer on top of sessions (yggdrasil-go
+v0.5.12 src/core/proto.go and core.go).
 
 Every session message starts with a type byte: 1 carries an IPv6 packet,
 2 a protocol message (nodeinfo or debug). Go answers nodeinfo and debug

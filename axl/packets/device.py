@@ -1,5 +1,5 @@
 """The IPv6 packet device between the local TCP stack and the overlay: the
-equivalent of Yggdrasil's ipv6rwc (YGGDRASIL-DETAILS.md G14, E2).
+equivalent of yggdrasil-go v0.5.12's src/ipv6rwc.
 
 It maps 200::/7 destinations to node keys. A destination's key is only
 known once the router found a path to it (or it sent us a packet); until

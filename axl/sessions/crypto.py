@@ -1,4 +1,4 @@
-"""The NaCl primitives of ironwood's encrypted layer (YGGDRASIL.md section f).
+"""The NaCl primitives of ironwood's encrypted layer (ironwood 743fe2f, encrypted/).
 
 Ed25519 keys are converted to X25519 the way libsodium and Go's e2c do;
 packets are XSalsa20-Poly1305 boxes over a precomputed (HSalsa20) shared key,

@@ -1,5 +1,5 @@
 """End-to-end encrypted sessions, byte-compatible with ironwood's `encrypted`
-package (YGGDRASIL.md section f, YGGDRASIL-DETAILS.md G12).
+package (ironwood 743fe2f, encrypted/session.go).
 
 Each side holds three key pairs of its own (recv, send, next) and the
 remote's two public keys (current, next). Key sequence numbers in every
