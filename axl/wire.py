@@ -9,6 +9,7 @@ make it allocate or read past its buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 MAX_UVARINT_LEN = 10
 # Largest ironwood link frame (type byte + body) yggdrasil accepts: 65535 x 2.
@@ -20,6 +21,21 @@ SIG_SIZE = 64
 
 class DecodeError(ValueError):
     """A received byte string does not follow the wire format."""
+
+
+class FrameType(IntEnum):
+    """ironwood link frame types: 0-1 the link's own, 2-5 the tree, 6-9 queued traffic."""
+
+    DUMMY = 0
+    KEEPALIVE = 1
+    SIGREQ = 2
+    SIGRES = 3
+    ANNOUNCE = 4
+    BLOOM = 5
+    PATH_LOOKUP = 6
+    PATH_NOTIFY = 7
+    PATH_BROKEN = 8
+    TRAFFIC = 9
 
 
 def encode_uvarint(value: int) -> bytes:
@@ -100,3 +116,15 @@ class Reader:
         """Require the body to be consumed exactly, as ironwood's decoders do."""
         if self.remaining:
             raise DecodeError(f"{self.remaining} trailing bytes")
+
+
+def encode_frame(ftype: int, body: bytes = b"") -> bytes:
+    """One link frame, `uvarint(N) || type || body` with N counting the type byte.
+    Oversized frames are refused here, where Go would silently drop them, so
+    the caller learns about its bug (the router drops them before, as Go does)."""
+    size = len(body) + 1
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    if size < 0x80:
+        return bytes((size, ftype)) + body
+    return encode_uvarint(size) + bytes((ftype,)) + body

@@ -18,10 +18,10 @@ from axl.routing.actions import SendFrame, SendTraffic
 from axl.routing.bloom import BLOOM_BITS, BLOOM_WORDS, WORD_MASK, BloomFilter
 from axl.routing.frames import (
     FRAME_CLASSES, TYPE_ANNOUNCE, TYPE_BLOOM, TYPE_PATH_LOOKUP, Announce, PathLookup, decode_body,
-    encode_frame, sig_bytes, split_frame,
+    sig_bytes, split_frame,
 )
 from axl.routing.router import Router
-from axl.wire import DecodeError, encode_uvarint
+from axl.wire import DecodeError, encode_frame, encode_uvarint
 from fuzzing import FUZZ, noise_or_mutation, peak_allocation
 
 NOW = 1_700_000_000.0

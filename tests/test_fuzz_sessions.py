@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.identity import NodeIdentity
-from axl.sessions import Deliver, KeyPair, SendPacket, SessionManager
+from axl.sessions import DeliverPlaintext, KeyPair, SendPacket, SessionManager
 from fuzzing import FUZZ, noise_or_mutation
 
 T0 = 1_700_000_000.0
@@ -60,7 +60,7 @@ WITHHELD = _Conversation().withheld
 def test_withheld_packets_deliver_when_untouched():
     conv = _Conversation()
     got = [conv.b.receive(source, packet, T0 + 2) for source, packet in conv.withheld[:3]]
-    assert [[a.message for a in actions if isinstance(a, Deliver)] for actions in got] == [
+    assert [[a.message for a in actions if isinstance(a, DeliverPlaintext)] for actions in got] == [
         [m] for m in MESSAGES[1:]
     ]
 
@@ -79,14 +79,14 @@ def test_forged_packets_never_raise_deliver_or_spoil_the_session(case):
     conv = _Conversation()
     authentic = {(conv.keys[0], m) for m in MESSAGES} | {(conv.keys[2], b"c")}
     actions = conv.b.receive(source, packet, T0 + 2)
-    delivered = {(a.source_key, a.message) for a in actions if isinstance(a, Deliver)}
+    delivered = {(a.source_key, a.message) for a in actions if isinstance(a, DeliverPlaintext)}
     assert delivered <= authentic
-    assert all(isinstance(a, (Deliver, SendPacket)) for a in actions)
+    assert all(isinstance(a, (DeliverPlaintext, SendPacket)) for a in actions)
     if delivered:
         return
     source, original = conv.withheld[0]
     after = conv.b.receive(source, original, T0 + 3)
-    assert [a.message for a in after if isinstance(a, Deliver)] == [MESSAGES[1]]
+    assert [a.message for a in after if isinstance(a, DeliverPlaintext)] == [MESSAGES[1]]
     conv.b.tick(T0 + 4)
 
 
@@ -99,6 +99,6 @@ def test_any_order_and_duplication_of_real_packets_delivers_each_at_most_once(or
         source, packet = conv.withheld[index]
         for _ in range(2 if twice else 1):
             for action in conv.b.receive(source, packet, T0 + 2):
-                if isinstance(action, Deliver):
+                if isinstance(action, DeliverPlaintext):
                     counts[action.message] = counts.get(action.message, 0) + 1
     assert all(count == 1 for count in counts.values())

@@ -15,13 +15,12 @@ from axl.routing.frames import (
     SigRes,
     Traffic,
     decode_body,
-    encode_frame,
     notify_info_bytes,
     sig_bytes,
     split_frame,
 )
 from axl.routing.router import tree_distance
-from axl.wire import DecodeError
+from axl.wire import DecodeError, encode_frame
 from vectors import load
 
 FRAMES = load("frames")

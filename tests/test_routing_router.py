@@ -7,7 +7,7 @@ import random
 import pytest
 
 from axl.identity import NodeIdentity, bloom_transform, verify
-from axl.routing.actions import Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.actions import DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.frames import (
     TYPE_ANNOUNCE,
     TYPE_BLOOM,
@@ -259,7 +259,7 @@ def test_deliver_and_pathfound_actions_are_plain_data():
     assert all(a.flow == net.nodes[1].key + net.nodes[0].key for a in actions)
     net.send(0, 1, b"y")
     net.run(1)
-    assert isinstance(Deliver(b"k", b"p"), Deliver) and isinstance(PathFound(b"k"), PathFound)
+    assert isinstance(DeliverTraffic(b"k", b"p"), DeliverTraffic) and isinstance(PathFound(b"k"), PathFound)
 
 
 def test_a_peer_flooding_lookups_is_held_to_its_budget():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from axl.identity import NodeIdentity
-from axl.sessions import Deliver, KeyPair, Rekeyed, SendPacket, SessionManager
+from axl.sessions import DeliverPlaintext, KeyPair, Rekeyed, SendPacket, SessionManager
 from axl.sessions.handshake import TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, open_handshake
 from axl.wire import decode_uvarint
 
@@ -37,7 +37,7 @@ class Net:
         queue = [(sender, a) for a in actions]
         while queue:
             source, action = queue.pop(0)
-            if isinstance(action, Deliver):
+            if isinstance(action, DeliverPlaintext):
                 self.delivered.append((source, action.source_key, action.message))
                 continue
             if isinstance(action, Rekeyed):
@@ -99,7 +99,7 @@ def test_reordered_packet_is_dropped_silently():
     handshake(a, b, net)
     [first] = a.send(key(b), b"one", T0 + 1)
     [second] = a.send(key(b), b"two", T0 + 1)
-    assert b.receive(key(a), second.packet, T0 + 1) == [Deliver(key(a), b"two")]
+    assert b.receive(key(a), second.packet, T0 + 1) == [DeliverPlaintext(key(a), b"two")]
     assert b.receive(key(a), first.packet, T0 + 1) == []
     assert b.dropped["replay"] == 1
 
@@ -108,7 +108,7 @@ def test_replay_is_dropped_silently():
     a, b, net = pair()
     handshake(a, b, net)
     [packet] = a.send(key(b), b"once", T0 + 1)
-    assert b.receive(key(a), packet.packet, T0 + 1) == [Deliver(key(a), b"once")]
+    assert b.receive(key(a), packet.packet, T0 + 1) == [DeliverPlaintext(key(a), b"once")]
     assert b.receive(key(a), packet.packet, T0 + 1) == []
 
 

@@ -5,7 +5,7 @@ import random
 import nacl.bindings as sodium
 
 from axl.identity import NodeIdentity
-from axl.sessions import Deliver, KeyPair, SendPacket, SessionManager
+from axl.sessions import DeliverPlaintext, KeyPair, SendPacket, SessionManager
 from axl.sessions.crypto import curve_private_key, curve_public_key, shared_key
 from axl.sessions.handshake import TYPE_ACK, Handshake, open_handshake, seal_handshake
 from axl.wire import decode_uvarint
@@ -83,7 +83,7 @@ def test_daemon_session_end_to_end():
     [reply] = vec["replies_from_go"]
     packet = traffic_payload(reply["frame"], daemon, public("probe"))
     assert manager.receive(daemon, packet, now=inputs["seq"] + 2) == [
-        Deliver(daemon, bytes.fromhex(reply["message"]))]
+        DeliverPlaintext(daemon, bytes.fromhex(reply["message"]))]
     # The reply came from Go's next key: we ratcheted, so its replay is now stale.
     assert manager.receive(daemon, packet, now=inputs["seq"] + 3) == []
 

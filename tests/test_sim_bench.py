@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
+from axl.bench.report import percentile
 from axl.sim import Network
-from axl.sim.bench import BenchConfig, format_header, format_row, main, percentile, run_bench
+from axl.sim.bench import BenchConfig, format_header, format_row, main, run_bench
 
 
 @pytest.mark.parametrize("shape", ["random-4", "internet"])
@@ -49,7 +51,7 @@ def test_percentile_nearest_rank():
     assert percentile(values, 0.95) == 19.0
     assert percentile(values, 0.5) == 10.0
     assert percentile([3.0], 0.95) == 3.0
-    assert percentile([], 0.95) == 0.0
+    assert math.isnan(percentile([], 0.95))
 
 
 def test_cli_prints_one_row_per_run_and_writes_json(tmp_path, capsys):

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Nearest-rank percentile (the smallest value with at least `share` of
+    the values at or below it); NaN when there is nothing to rank, so an
+    empty measurement never reads as zero."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(round(share * len(ordered), 9)))
+    return ordered[rank - 1]
 
 
 @dataclass(frozen=True)

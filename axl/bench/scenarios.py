@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, rss_bytes
+from axl.bench.report import percentile
 
 MB = 1_000_000
 MIB = 1 << 20
@@ -51,15 +52,6 @@ class Sizes:
         if quick:
             return cls(bulk_message=1 * MIB, bulk_count=3, small_count=200)
         return cls(bulk_message=16 * MIB, bulk_count=6, small_count=3000)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile; NaN when there is nothing to rank."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
-    return ordered[rank]
 
 
 class LoopBench:

@@ -8,22 +8,11 @@ length, a malformed length prefix or an unknown type, and so do we.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from enum import IntEnum
 
-from axl.wire import MAX_FRAME, MAX_UVARINT_LEN, DecodeError, decode_uvarint, encode_uvarint
+from axl.wire import MAX_FRAME, MAX_UVARINT_LEN, DecodeError, FrameType, decode_uvarint, encode_frame
 
-
-class FrameType(IntEnum):
-    DUMMY = 0
-    KEEPALIVE = 1
-    SIGREQ = 2
-    SIGRES = 3
-    ANNOUNCE = 4
-    BLOOM = 5
-    PATH_LOOKUP = 6
-    PATH_NOTIFY = 7
-    PATH_BROKEN = 8
-    TRAFFIC = 9
+__all__ = ["KEEPALIVE_FRAME", "MAX_FRAME", "MAX_FRAME_TYPE", "FrameDecoder", "FrameError",
+           "FrameType", "encode_frame"]
 
 
 MAX_FRAME_TYPE = max(FrameType)
@@ -32,17 +21,6 @@ KEEPALIVE_FRAME = b"\x01\x01"
 
 class FrameError(DecodeError):
     """The byte stream broke ironwood's framing; the link must close."""
-
-
-def encode_frame(ftype: int, body: bytes = b"") -> bytes:
-    """One frame ready to write. Oversized frames are refused here, where Go
-    would silently drop them, so the caller learns about its bug."""
-    size = len(body) + 1
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    if size < 0x80:
-        return bytes((size, ftype)) + body
-    return encode_uvarint(size) + bytes((ftype,)) + body
 
 
 class FrameDecoder:

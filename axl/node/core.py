@@ -177,7 +177,7 @@ class NodeCore:
         match action:
             case SendFrame() | SendTraffic():
                 self._writes.append(action)
-            case routing.Deliver(source_key=source, payload=payload):
+            case routing.DeliverTraffic(source_key=source, payload=payload):
                 self._pending.extend(self.sessions.receive(source, payload, now))
             case PathFound(key=key):
                 self._pending.extend(self.device.path_found(key, now))
@@ -186,7 +186,7 @@ class NodeCore:
                 self.stack.retransmit_now(address_for_key(key), now)
             case SendPacket(dest_key=dest, packet=packet):
                 self._pending.extend(self.router.send(dest, packet, now))
-            case sessions.Deliver(source_key=source, message=message):
+            case sessions.DeliverPlaintext(source_key=source, message=message):
                 self._pending.extend(self.core.handle(source, message, now))
             case SendMessage(dest_key=dest, message=message):
                 self._pending.extend(self.sessions.send(dest, message, now))

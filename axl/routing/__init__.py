@@ -1,6 +1,6 @@
 """ironwood routing: frames, bloom filters and the sans-IO router."""
 
-from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter
 from axl.routing.router import BadSignature, PeerView, Router, TreeEntry
 
@@ -8,7 +8,7 @@ __all__ = [
     "Action",
     "BadSignature",
     "BloomFilter",
-    "Deliver",
+    "DeliverTraffic",
     "PathFound",
     "PeerView",
     "Router",

@@ -23,7 +23,7 @@ class SendTraffic:
 
 
 @dataclass(frozen=True)
-class Deliver:
+class DeliverTraffic:
     """Traffic addressed to this node."""
 
     source_key: bytes
@@ -37,4 +37,4 @@ class PathFound:
     key: bytes
 
 
-Action = SendFrame | SendTraffic | Deliver | PathFound
+Action = SendFrame | SendTraffic | DeliverTraffic | PathFound

@@ -11,28 +11,23 @@ from dataclasses import dataclass, field
 
 from axl.identity import verify
 from axl.routing.bloom import BloomFilter
-from axl.wire import DecodeError, Reader, encode_uvarint
+from axl.wire import MAX_FRAME, DecodeError, FrameType, Reader, encode_uvarint
 
-MAX_FRAME_LEN = 131070
 MAX_WATERMARK = (1 << 64) - 1
 
-TYPE_DUMMY = 0
-TYPE_KEEPALIVE = 1
-TYPE_SIGREQ = 2
-TYPE_SIGRES = 3
-TYPE_ANNOUNCE = 4
-TYPE_BLOOM = 5
-TYPE_PATH_LOOKUP = 6
-TYPE_PATH_NOTIFY = 7
-TYPE_PATH_BROKEN = 8
-TYPE_TRAFFIC = 9
+# Short names for the frame types this layer handles (one definition: wire.FrameType).
+TYPE_DUMMY = FrameType.DUMMY
+TYPE_KEEPALIVE = FrameType.KEEPALIVE
+TYPE_SIGREQ = FrameType.SIGREQ
+TYPE_SIGRES = FrameType.SIGRES
+TYPE_ANNOUNCE = FrameType.ANNOUNCE
+TYPE_BLOOM = FrameType.BLOOM
+TYPE_PATH_LOOKUP = FrameType.PATH_LOOKUP
+TYPE_PATH_NOTIFY = FrameType.PATH_NOTIFY
+TYPE_PATH_BROKEN = FrameType.PATH_BROKEN
+TYPE_TRAFFIC = FrameType.TRAFFIC
 
 QUEUED_TYPES = frozenset({TYPE_PATH_LOOKUP, TYPE_PATH_NOTIFY, TYPE_PATH_BROKEN, TYPE_TRAFFIC})
-
-
-def encode_frame(ftype: int, body: bytes) -> bytes:
-    """uvarint(N) || type || body, with N counting the type byte."""
-    return encode_uvarint(len(body) + 1) + bytes((ftype,)) + body
 
 
 def encode_path(path: list[int]) -> bytes:
@@ -246,10 +241,10 @@ def decode_body(ftype: int, body: bytes):
 
 
 def split_frame(frame: bytes) -> tuple[int, bytes]:
-    """Inverse of encode_frame for one whole frame: (type, body)."""
+    """Inverse of wire.encode_frame for one whole frame: (type, body)."""
     reader = Reader(frame)
     length = reader.uvarint()
-    if length == 0 or length > MAX_FRAME_LEN:
+    if length == 0 or length > MAX_FRAME:
         raise DecodeError(f"bad frame length {length}")
     content = reader.take(length)
     reader.finish()

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from axl.identity import NodeIdentity, bloom_transform, verify
-from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter, key_mask, matches_mask
 from axl.routing.frames import (
     MAX_WATERMARK,
@@ -45,11 +45,10 @@ from axl.routing.frames import (
     SigReq,
     SigRes,
     Traffic,
-    encode_frame,
     notify_info_bytes,
     sig_bytes,
 )
-from axl.wire import MAX_FRAME, DecodeError
+from axl.wire import MAX_FRAME, DecodeError, encode_frame
 
 ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
@@ -682,7 +681,7 @@ class Router:
             self._send_queued(link, TYPE_TRAFFIC, forwarded.encode(), traffic.dest, traffic.source)
         elif traffic.dest == self.key:
             self._reset_path_timeout(traffic.source)
-            self._out.append(Deliver(traffic.source, traffic.payload))
+            self._out.append(DeliverTraffic(traffic.source, traffic.payload))
         else:
             broken = PathBroken(list(traffic.from_path), MAX_WATERMARK, traffic.source, traffic.dest)
             self._handle_broken(broken)

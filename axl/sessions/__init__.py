@@ -1,9 +1,9 @@
 """End-to-end encrypted sessions between node keys (ironwood's encrypted layer)."""
 
 from axl.sessions.crypto import KeyPair, KeyPairFactory, random_key_pair
-from axl.sessions.manager import Action, Deliver, Rekeyed, SendPacket, SessionManager
+from axl.sessions.manager import Action, DeliverPlaintext, Rekeyed, SendPacket, SessionManager
 
 __all__ = [
-    "Action", "Deliver", "KeyPair", "KeyPairFactory", "SendPacket", "SessionManager",
+    "Action", "DeliverPlaintext", "KeyPair", "KeyPairFactory", "SendPacket", "SessionManager",
     "random_key_pair",
 ]

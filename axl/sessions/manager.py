@@ -60,7 +60,7 @@ class SendPacket:
 
 
 @dataclass(frozen=True)
-class Deliver:
+class DeliverPlaintext:
     """A decrypted message from `source_key` for the layer above."""
 
     source_key: bytes
@@ -79,7 +79,7 @@ class Rekeyed:
     remote_key: bytes
 
 
-Action = SendPacket | Deliver | Rekeyed
+Action = SendPacket | DeliverPlaintext | Rekeyed
 
 
 @dataclass
@@ -141,7 +141,7 @@ class _Session:
 
 class SessionManager:
     """Sans-IO session layer: feed it sends, received packets and ticks; it
-    answers with SendPacket and Deliver actions."""
+    answers with SendPacket and DeliverPlaintext actions."""
 
     def __init__(self, identity: NodeIdentity, *, key_pairs: KeyPairFactory = random_key_pair,
                  max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -372,7 +372,7 @@ class SessionManager:
             return []
         inner_next, message = plain[:BOX_KEY_SIZE], plain[BOX_KEY_SIZE:]
         self._after_decrypt(session, from_current, to_send, nonce, inner_next, now)
-        return [Deliver(session.remote, message)]
+        return [DeliverPlaintext(session.remote, message)]
 
     def _after_decrypt(self, session: _Session, from_current: bool, to_send: bool,
                        nonce: int, inner_next: bytes, now: float) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import random
 import statistics
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from axl.bench.report import percentile
 from axl.routing.frames import TYPE_PATH_BROKEN, TYPE_SIGREQ
 from axl.routing.router import ROUTER_REFRESH
 from axl.sim.network import Network
@@ -161,15 +163,6 @@ def measure_lookups(net: Network, pairs: list[tuple[int, int]], tag: str,
     return len(delivered) / len(pairs) if pairs else 1.0, stretches
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    """Nearest-rank percentile; 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, -(-int(share * 100) * len(ordered) // 100))
-    return ordered[rank - 1]
-
-
 def run_bench(config: BenchConfig) -> BenchResult:
     """Build, converge, idle, look up, lose a tenth of the nodes, heal, look up again."""
     wall_start = time.perf_counter()
@@ -220,7 +213,7 @@ def run_bench(config: BenchConfig) -> BenchResult:
         entries_mean=statistics.fmean(entries),
         lookups=len(stretches),
         lookup_success=success,
-        stretch_median=statistics.median(stretches) if stretches else 0.0,
+        stretch_median=statistics.median(stretches) if stretches else math.nan,
         stretch_p95=percentile(stretches, 0.95),
         left=len(leaving),
         root_left=root in leaving,

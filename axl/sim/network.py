@@ -25,7 +25,7 @@ from typing import Callable
 
 from axl import sessions
 from axl.identity import NodeIdentity
-from axl.routing.actions import Action, Deliver, PathFound, SendFrame, SendTraffic
+from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter
 from axl.routing.frames import TYPE_BLOOM, TYPE_TRAFFIC, Traffic, split_frame
 from axl.routing.router import Router
@@ -362,7 +362,7 @@ class Network:
                 self._transmit(action.link_id, action.frame, lossy=False)
             elif isinstance(action, SendTraffic):
                 self._transmit(action.link_id, action.frame, lossy=True)
-            elif isinstance(action, Deliver):
+            elif isinstance(action, DeliverTraffic):
                 self._deliver(node, action.source_key, action.payload)
             elif isinstance(action, PathFound):
                 node.found.append(action.key)
@@ -380,7 +380,7 @@ class Network:
                 return
             if isinstance(action, sessions.SendPacket):
                 self._apply(node, node.router.send(action.dest_key, action.packet, self.now))
-            elif isinstance(action, sessions.Deliver):
+            elif isinstance(action, sessions.DeliverPlaintext):
                 node.inbox.append((action.source_key, action.message))
 
     def _transmit(self, link_id: int, frame: bytes, *, lossy: bool) -> None:
