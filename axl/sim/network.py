@@ -6,9 +6,10 @@ loss for queued frames, types 6-9); a virtual clock pops events off a heap,
 including each node's 1-second maintenance tick, staggered so that nodes do
 not all tick in the same instant. Same seed, same run.
 
-With `sessions=True` every node also runs the daemon's SessionManager on top
-of its router, as the node does: `send` then carries an encrypted datagram
-end to end and relays only ever handle ciphertext.
+This is the routing layer's own test bench: `send` hands a payload to the
+router as is, so its measures (stretch, hops) can follow it. Full nodes
+(sessions, overlay TCP, messages, link handshakes) run in
+`axl.sim.stack.StackNetwork`, which drives the daemon's NodeCore.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
-from axl import sessions
 from axl.identity import NodeIdentity
 from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter
 from axl.routing.frames import TYPE_BLOOM, TYPE_TRAFFIC, Traffic, split_frame
 from axl.routing.router import Router
-from axl.sessions import KeyPair, SessionManager
 from axl.wire import DecodeError
 
 log = logging.getLogger(__name__)
@@ -70,7 +69,6 @@ class SimNode:
     index: int
     identity: NodeIdentity
     router: Router | None
-    sessions: SessionManager | None = None
     inbox: list[tuple[bytes, bytes]] = field(default_factory=list)
     found: list[bytes] = field(default_factory=list)
     links: list[SimLink] = field(default_factory=list)
@@ -107,10 +105,8 @@ class LastBlooms(Mapping[tuple[int, int], BloomFilter]):
 class Network:
     """N routers, the links between them, and a virtual clock."""
 
-    def __init__(self, size: int, *, seed: int = 0, start: float = DEFAULT_START,
-                 sessions: bool = False):
+    def __init__(self, size: int, *, seed: int = 0, start: float = DEFAULT_START):
         self.seed = seed
-        self.with_sessions = sessions
         self.start = start
         self.now = start
         self.rng = random.Random(seed)
@@ -159,7 +155,6 @@ class Network:
         for link in self.nodes[index].links:
             self._link_down(link)
         self.nodes[index].router = None
-        self.nodes[index].sessions = None
 
     def revive(self, index: int) -> None:
         """Restart a node with a fresh router (seq back to 1), as a daemon restart would."""
@@ -230,15 +225,10 @@ class Network:
         self.now = when
 
     def send(self, src: int, dst: int, payload: bytes) -> None:
-        """Routed as is, or sealed in a session first when the network runs sessions."""
+        """Routed as is: the destination's inbox gets exactly `payload`."""
         node = self.nodes[src]
-        if node.router is None:
-            return
-        dest_key = self.nodes[dst].key
-        if node.sessions is not None:
-            self._apply_sessions(node, node.sessions.send(dest_key, payload, self.now))
-        else:
-            self._apply(node, node.router.send(dest_key, payload, self.now))
+        if node.router is not None:
+            self._apply(node, node.router.send(self.nodes[dst].key, payload, self.now))
 
     def lookup(self, src: int, partial_key: bytes) -> None:
         node = self.nodes[src]
@@ -318,11 +308,6 @@ class Network:
     def _start_router(self, node: SimNode) -> None:
         rng = random.Random(f"{self.seed}/{node.index}/{self.now}")
         node.router = Router(node.identity, now=self.now, rng=rng)
-        if self.with_sessions:
-            key_rng = random.Random(f"{self.seed}/{node.index}/{self.now}/sessions")
-            node.sessions = SessionManager(
-                node.identity, key_pairs=lambda: KeyPair.from_private(key_rng.randbytes(32)),
-            )
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> None:
         heapq.heappush(self._heap, (self.now + delay, next(self._seq), callback))
@@ -330,8 +315,6 @@ class Network:
     def _tick(self, node: SimNode) -> None:
         if node.router is not None:
             self._apply(node, node.router.tick(self.now))
-        if node.sessions is not None:
-            self._apply_sessions(node, node.sessions.tick(self.now))
         self._schedule(1.0, lambda: self._tick(node))
 
     def _link_between(self, a: int, b: int) -> SimLink | None:
@@ -363,25 +346,9 @@ class Network:
             elif isinstance(action, SendTraffic):
                 self._transmit(action.link_id, action.frame, lossy=True)
             elif isinstance(action, DeliverTraffic):
-                self._deliver(node, action.source_key, action.payload)
+                node.inbox.append((action.source_key, action.payload))
             elif isinstance(action, PathFound):
                 node.found.append(action.key)
-
-    def _deliver(self, node: SimNode, source_key: bytes, payload: bytes) -> None:
-        if node.sessions is None:
-            node.inbox.append((source_key, payload))
-        else:
-            self._apply_sessions(node, node.sessions.receive(source_key, payload, self.now))
-
-    def _apply_sessions(self, node: SimNode, actions: list[sessions.Action]) -> None:
-        """Session packets go down into the router; decrypted messages land in the inbox."""
-        for action in actions:
-            if node.router is None:
-                return
-            if isinstance(action, sessions.SendPacket):
-                self._apply(node, node.router.send(action.dest_key, action.packet, self.now))
-            elif isinstance(action, sessions.DeliverPlaintext):
-                node.inbox.append((action.source_key, action.message))
 
     def _transmit(self, link_id: int, frame: bytes, *, lossy: bool) -> None:
         link, sender = self._ends[link_id]

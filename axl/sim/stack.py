@@ -32,7 +32,7 @@ from axl.node.messages import (
 )
 from axl.routing import SendTraffic
 from axl.sessions import KeyPair
-from axl.sim.network import DEFAULT_LATENCY, DEFAULT_START, random_edges, sim_identity
+from axl.sim.network import DEFAULT_LATENCY, DEFAULT_START, FrameTap, random_edges, sim_identity
 from axl.wire import DecodeError
 
 # Linux TCP's minimum retransmission timeout: what a lost packet costs a link.
@@ -63,6 +63,7 @@ class StackNode:
     ends: list[LinkEnd] = field(default_factory=list)
     by_link: dict[int, LinkEnd] = field(default_factory=dict)
     timer_at: float | None = None
+    alive: bool = True
 
     @property
     def key(self) -> bytes:
@@ -106,22 +107,24 @@ class StackNetwork:
         self.answer = answer
         self.tally = MessageTally()
         self.dropped = 0
+        self.tap: FrameTap | None = None
         self.inbox: list[list[tuple[bytes, bytes]]] = [[] for _ in range(size)]
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._link_ids = itertools.count(1)
         self._handles: dict[tuple[int, int], int] = {}
-        self.nodes = [self._make_node(index) for index in range(size)]
+        self.nodes = [StackNode(index, self._make_core(index)) for index in range(size)]
         self.by_key = {node.key: node.index for node in self.nodes}
+        for node in self.nodes:
+            self._arm_node(node)
 
-    def _make_node(self, index: int) -> StackNode:
-        key_rng = random.Random(f"{self.seed}/{index}/keys")
-        core = NodeCore(sim_identity(self.seed, index), self.settings, self.now,
-                        rng=random.Random(f"{self.seed}/{index}"),
+    def _make_core(self, index: int) -> NodeCore:
+        """Node `index`'s core, seeded by the network's seed and the current time
+        (a revived node starts with fresh state, as a restarted daemon does)."""
+        key_rng = random.Random(f"{self.seed}/{index}/{self.now}/keys")
+        return NodeCore(sim_identity(self.seed, index), self.settings, self.now,
+                        rng=random.Random(f"{self.seed}/{index}/{self.now}"),
                         key_pairs=lambda: KeyPair.from_private(key_rng.randbytes(32)))
-        node = StackNode(index, core)
-        self._arm_node(node)
-        return node
 
     # -- topology -------------------------------------------------------
 
@@ -129,9 +132,8 @@ class StackNetwork:
                 bandwidth: float | None = None, loss: float = 0.0, drop: float = 0.0) -> None:
         """Link a and b; their handshake runs over the link like any bytes."""
         ends = []
-        for here, inbound in ((a, False), (b, True)):
-            policy = LinkPolicy(self.nodes[here].core.identity, inbound)
-            end = LinkEnd(here, next(self._link_ids), LinkConnection(policy, self.now),
+        for here in (a, b):
+            end = LinkEnd(here, next(self._link_ids), self._new_conn(here, inbound=here == b),
                           latency, bandwidth, loss, drop)
             self.nodes[here].ends.append(end)
             self.nodes[here].by_link[end.link_id] = end
@@ -140,6 +142,36 @@ class StackNetwork:
         for end in ends:
             self._flush(end)
             self._arm_end(end)
+
+    def kill(self, index: int) -> None:
+        """Stop a node: its links end (its peers see the streams close), its state is lost."""
+        node = self.nodes[index]
+        node.alive = False
+        node.timer_at = None
+        for end in node.ends:
+            end.conn.close("node stopped")
+            peer = end.peer
+            peer.conn.connection_lost()
+            self._link_events(peer)
+
+    def revive(self, index: int) -> None:
+        """Restart a node with a fresh core; its links redial."""
+        node = self.nodes[index]
+        node.core = self._make_core(index)
+        node.alive = True
+        self._arm_node(node)
+        for end in node.ends:
+            peer = end.peer
+            if not self.nodes[peer.node].alive:
+                continue
+            end.conn = self._new_conn(index, inbound=False)
+            peer.conn = self._new_conn(peer.node, inbound=True)
+            for each in (end, peer):
+                self._flush(each)
+                self._arm_end(each)
+
+    def _new_conn(self, index: int, inbound: bool) -> LinkConnection:
+        return LinkConnection(LinkPolicy(self.nodes[index].core.identity, inbound), self.now)
 
     def random_graph(self, degree: int, **link) -> None:
         for a, b in random_edges(len(self.nodes), degree, self.rng):
@@ -235,10 +267,12 @@ class StackNetwork:
             arrival += max(CARRIER_RTO, 2 * end.latency)
         end.last_arrival = max(arrival, end.last_arrival)
         peer = end.peer
-        self.at(end.last_arrival, lambda: self._arrive(peer, data))
+        conn = peer.conn
+        self.at(end.last_arrival, lambda: self._arrive(peer, conn, data))
 
-    def _arrive(self, end: LinkEnd, data: bytes) -> None:
-        if end.conn.closed:
+    def _arrive(self, end: LinkEnd, conn: LinkConnection, data: bytes) -> None:
+        """Bytes reach the connection they were sent to, unless it was replaced or closed."""
+        if end.conn is not conn or conn.closed:
             return
         end.conn.receive_data(data, self.now)
         self._link_events(end)
@@ -249,6 +283,8 @@ class StackNetwork:
         conn = end.conn
         while (event := conn.next_event()) is not None:
             if isinstance(event, FrameReceived):
+                if self.tap is not None:
+                    self.tap(end.peer.node, end.node, event.ftype, event.body)
                 try:
                     core.frame_received(end.link_id, event.ftype, event.body, self.now)
                 except DecodeError as exc:
@@ -266,7 +302,7 @@ class StackNetwork:
             self.at(when, lambda: self._node_timer(node, when))
 
     def _node_timer(self, node: StackNode, when: float) -> None:
-        if node.timer_at != when:
+        if node.timer_at != when or not node.alive:
             return
         node.timer_at = None
         node.core.handle_timer(self.now)
