@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import aiohttp
 import pytest
@@ -251,3 +252,55 @@ def test_protocol_violations_close_with_1008(clean, query: str, text: str) -> No
     message = run(scenario())
     assert message.type == aiohttp.WSMsgType.CLOSE
     assert message.data == 1008 and message.extra
+
+
+def test_a_waiting_recv_poll_yields_to_a_ws_receiver(clean) -> None:
+    a, b = clean
+
+    async def scenario() -> tuple[int, bytes]:
+        poll = asyncio.ensure_future(asyncio.to_thread(a.recv, 8))
+        await asyncio.sleep(0.5)
+        receiver = await WsClient.open(a, "?recv=1")
+        try:
+            assert (await asyncio.to_thread(b.send, a.peer_id, b"for the socket"))[0] == 200
+            _, _, payload = await receiver.delivery()
+            status = (await poll)[0]
+        finally:
+            await receiver.close()
+        return status, payload
+
+    status, payload = run(scenario())
+    assert payload == b"for the socket"
+    assert status in (204, 409)
+
+
+def test_a_sender_that_outruns_delivery_is_held_back(clean) -> None:
+    """Frames to a node that does not exist wait seconds each: the bridge stops reading
+    long before the client has written them all, instead of buffering them."""
+    a, _ = clean
+    count, payload = 1000, b"p" * (60 << 10)
+
+    async def scenario() -> int:
+        client = await WsClient.open(a)
+        written = 0
+
+        async def write_all() -> None:
+            nonlocal written
+            for _ in range(count):
+                await client.ws.send_bytes(b"\xcd" * 32 + payload)
+                written += 1
+
+        writer = asyncio.ensure_future(write_all())
+        try:
+            await asyncio.wait({writer}, timeout=2.0)
+            return written
+        finally:
+            # A polite close cannot get through a full socket: cut the connection.
+            client.ws.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+            writer.cancel()
+            await asyncio.wait({writer}, timeout=5)
+            await asyncio.wait_for(client.session.close(), 10)
+
+    written = run(scenario())
+    assert written < count
+    assert a.get_json("/health")["status"] == "ok"

@@ -27,6 +27,7 @@ log = logging.getLogger("axl.bridge")
 
 MAX_RECV_WAIT = 300.0
 DEST_HEADER = "X-Destination-Peer-Id"
+RECEIVER_ATTACHED = "a /ws?recv=1 connection is receiving this node's messages"
 
 
 class BridgeNode(ObservedNode, Protocol):
@@ -135,12 +136,17 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
         return text_error(400, "wait must be a number of seconds")
     if not 0 <= wait <= MAX_RECV_WAIT:
         return text_error(400, f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds")
-    if request.app["receiver"].holder is not None:
-        return text_error(409, "a /ws?recv=1 connection is receiving this node's messages")
+    receiver = request.app["receiver"]
+    if receiver.holder is not None:
+        return text_error(409, RECEIVER_ATTACHED)
     node = _node(request)
     message = await take_for_client(request, node, wait)
     if message is None:
         return web.Response(status=204)
+    if receiver.holder is not None:
+        # A /ws receiver attached while this poll waited: the message is its.
+        node.give_back([message])
+        return text_error(409, RECEIVER_ATTACHED)
     response = web.Response(status=200, body=message.payload,
                             headers={"X-From-Peer-Id": message.sender.hex()},
                             content_type="application/octet-stream")

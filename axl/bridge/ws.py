@@ -152,7 +152,16 @@ class StreamingSession:
             self._give_back_undone()
 
     async def finish_sends(self) -> None:
-        """Let the frames already read reach their fate (each is bounded by the send timeouts)."""
+        """After the client left: finish the sends under way, drop the frames not yet started.
+
+        Their acks could not reach the client any more, so it must treat
+        them as unsent either way; dropping them bounds what a departed
+        client costs (a full window to an unreachable node would otherwise
+        keep the node busy for minutes).
+        """
+        for queue in self._queues.values():
+            while len(queue) > 1:
+                queue.pop()
         if self._senders:
             await asyncio.wait(self._senders)
 
