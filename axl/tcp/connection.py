@@ -7,7 +7,8 @@ sent with `segments_to_send(now)`, drive time with `get_timer()` and
 Loss and reordering are normal on the overlay (relays drop packets that
 queue too long, sessions drop reordered ones), so recovery is what matters:
 RFC 6298 retransmission timer with a low floor, fast retransmit and NewReno
-fast recovery (RFC 6582), out-of-order reassembly and zero-window probes.
+fast recovery (RFC 6582; both in `axl.tcp.recovery`), out-of-order
+reassembly and zero-window probes.
 
 Sequence numbers are kept internally as unbounded integers and wrapped to
 32 bits only on the wire, which keeps every comparison a plain `<`.
@@ -30,6 +31,7 @@ from axl.tcp.events import (
     TcpEvent,
     TimedOut,
 )
+from axl.tcp.recovery import NewReno, RttEstimator
 from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
 
 SEQ_MODULUS = 1 << 32
@@ -45,8 +47,6 @@ every byte into its own sealed, routed packet."""
 
 MAX_MSS = 65535 - 40 - 20
 """The largest payload of one segment in a 65535-byte IPv6 packet (the core MTU)."""
-
-_INFINITE_SSTHRESH = 1 << 62
 
 
 class State(enum.Enum):
@@ -125,11 +125,6 @@ def window_scale_for(buffer_size: int) -> int:
     return shift
 
 
-def initial_window(mss: int) -> int:
-    """RFC 6928 initial congestion window."""
-    return min(10 * mss, max(2 * mss, 14600))
-
-
 class TcpConnection:
     """A connection identified by the stack's 4-tuple; created by TcpStack."""
 
@@ -182,24 +177,14 @@ class TcpConnection:
         self._ack_now = False
         self._queued: list[TcpSegment] = []
 
-        self._rto_base = self.config.initial_rto
-        self._backoff = 0
-        self._srtt: float | None = None
-        self._rttvar = 0.0
+        self._rtt = RttEstimator(self.config)
+        self._cc = NewReno(iss, self.config.dupack_threshold)
         self._rto_deadline: float | None = None
         self._retries = 0
-        self._rtt_seq: int | None = None
-        self._rtt_start = 0.0
         self._persist_deadline: float | None = None
         self._persist_backoff = 0
         self._time_wait_deadline: float | None = None
 
-        self._cwnd = 0
-        self._ssthresh = _INFINITE_SSTHRESH
-        self._dupacks = 0
-        self._in_recovery = False
-        self._recover = iss
-        self._retransmit_head = False
 
         self._finished_announced = False
         self._closed_pending = False
@@ -229,7 +214,7 @@ class TcpConnection:
             self._rcv_wscale = window_scale_for(self.config.recv_buffer_size)
         self._snd_wnd = syn.window
         self._snd_wl1 = irs
-        self._cwnd = initial_window(self.send_mss)
+        self._cc.start(self.send_mss)
         self._rcv_adv = self._rcv_nxt + self._syn_window()
 
     def _syn_window(self) -> int:
@@ -457,9 +442,7 @@ class TcpConnection:
     def _establish(self) -> None:
         self.state = State.ESTABLISHED
         self._retries = 0
-        self._backoff = 0
-        if self._srtt is None:
-            self._rto_base = self.config.initial_rto
+        self._rtt.established()
         if self._fin_queued:
             self.state = State.FIN_WAIT_1
         self._announced = True
@@ -487,7 +470,7 @@ class TcpConnection:
             self._after_our_fin_acked(now)
         elif (ack == self._snd_una and self._snd_max > self._snd_una and not segment.payload
               and not segment.flags & FIN and not window_changed and self._snd_wnd > 0):
-            self._duplicate_ack()
+            self._cc.on_duplicate_ack(self._snd_una, self._snd_max, self.send_mss)
         return True
 
     def _ack_advances(self, ack: int, now: float) -> None:
@@ -499,12 +482,9 @@ class TcpConnection:
         self._snd_una = ack
         if self._snd_nxt < ack:
             self._snd_nxt = ack
-        if self._rtt_seq is not None and ack >= self._rtt_seq:
-            self._rtt_sample(now - self._rtt_start)
-            self._rtt_seq = None
+        self._rtt.acknowledged(ack, now)
         self._retries = 0
-        self._backoff = 0
-        self._on_new_ack(acked)
+        self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
 
     def _after_our_fin_acked(self, now: float) -> None:
@@ -667,7 +647,7 @@ class TcpConnection:
         if self.state in (State.SYN_SENT, State.SYN_RECEIVED):
             self._emit_handshake(out, now)
         elif self.state in _SENDING_STATES:
-            if self._retransmit_head:
+            if self._cc.retransmit_head:
                 self._emit_head(out, now)
             self._emit_data(out, now)
         self._emit_acks(out)
@@ -684,8 +664,8 @@ class TcpConnection:
             window_scale=self._syn_window_scale(syn_ack),
         )
         out.append(segment)
-        if self._snd_max == self._iss and self._rtt_seq is None and self._retries == 0:
-            self._rtt_seq, self._rtt_start = self._iss + 1, now
+        if self._snd_max == self._iss and self._retries == 0:
+            self._rtt.time(self._iss + 1, now)
         self._snd_nxt = self._snd_max = self._iss + 1
         self._ack_now = False
         if self._rto_deadline is None:
@@ -701,8 +681,8 @@ class TcpConnection:
 
     def _emit_head(self, out: list[TcpSegment], now: float) -> None:
         """Resend the first unacknowledged segment, whatever the windows say."""
-        self._retransmit_head = False
-        self._rtt_seq = None
+        self._cc.retransmit_head = False
+        self._rtt.cancel()
         data_end = self._send_base + len(self._send_buf)
         size = min(self.send_mss, max(0, data_end - self._snd_una))
         fin = self._fin_sent() and self._snd_una + size == data_end
@@ -717,7 +697,7 @@ class TcpConnection:
         data_end = self._send_base + len(self._send_buf)
         mss = self.send_mss
         while True:
-            window_end = self._snd_una + min(self._snd_wnd, self._cwnd)
+            window_end = self._snd_una + min(self._snd_wnd, self._cc.cwnd)
             pending = data_end - self._snd_nxt
             if pending > 0:
                 size = min(mss, pending, window_end - self._snd_nxt)
@@ -735,8 +715,8 @@ class TcpConnection:
         start = self._snd_nxt
         self._snd_nxt += length
         if self._snd_nxt > self._snd_max:
-            if self._rtt_seq is None and start >= self._snd_max:
-                self._rtt_seq, self._rtt_start = self._snd_nxt, now
+            if start >= self._snd_max:
+                self._rtt.time(self._snd_nxt, now)
             self._snd_max = self._snd_nxt
         if self._rto_deadline is None:
             self._rto_deadline = now + self.rto
@@ -765,56 +745,14 @@ class TcpConnection:
         return TcpSegment(self.local_port, self.remote_port, seq, self._rcv_nxt, flags,
                           self._window_field(), payload=payload)
 
-    # ------------------------------------------------------- congestion control
-
-    def _on_new_ack(self, acked: int) -> None:
-        mss = self.send_mss
-        self._dupacks = 0
-        if self._in_recovery:
-            if self._snd_una >= self._recover:
-                self._in_recovery = False
-                self._cwnd = max(mss, min(self._ssthresh, self._snd_max - self._snd_una + mss))
-            else:
-                self._retransmit_head = True
-                self._cwnd = max(mss, self._cwnd - acked + mss)
-            return
-        if self._cwnd < self._ssthresh:
-            self._cwnd += acked
-        else:
-            self._cwnd += max(1, mss * acked // self._cwnd)
-
-    def _duplicate_ack(self) -> None:
-        mss = self.send_mss
-        self._dupacks += 1
-        if self._in_recovery:
-            self._cwnd += mss
-        elif self._dupacks == self.config.dupack_threshold and self._snd_una >= self._recover:
-            flight = self._snd_max - self._snd_una
-            self._ssthresh = max(flight // 2, 2 * mss)
-            self._cwnd = self._ssthresh + 3 * mss
-            self._recover = self._snd_max
-            self._in_recovery = True
-            self._retransmit_head = True
-
     # ---------------------------------------------------------------- timers
-
-    def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298 section 2, with a floor suited to the overlay."""
-        if self._srtt is None:
-            self._srtt = rtt
-            self._rttvar = rtt / 2
-        else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
-        rto = self._srtt + max(0.001, 4 * self._rttvar)
-        self._rto_base = min(self.config.max_rto, max(self.config.min_rto, rto))
 
     @property
     def rto(self) -> float:
         """The current retransmission timeout, backoff included."""
         handshaking = self.state in (State.SYN_SENT, State.SYN_RECEIVED)
         cap = self.config.max_syn_rto if handshaking else self.config.max_rto
-        return min(cap, self._rto_base * (1 << self._backoff))
+        return self._rtt.rto(cap)
 
     def get_timer(self) -> float | None:
         deadlines = [d for d in (self._rto_deadline, self._persist_deadline,
@@ -839,14 +777,14 @@ class TcpConnection:
         a lookup found another one, the old backoff and retry count only
         measure the outage, so both start again.
         """
-        if self._backoff > 0:
+        if self._rtt.backoff > 0:
             self.retransmit_now(now)
 
     def retransmit_now(self, now: float) -> None:
         """Whatever is unacknowledged was lost (the session under us was re-keyed): resend now."""
         if self._rto_deadline is not None:
             self._touch()
-            self._backoff = 0
+            self._rtt.backoff = 0
             self._retries = 0
             self._rto_deadline = now
 
@@ -860,16 +798,9 @@ class TcpConnection:
             self._emit(TimedOut(self))
             return
         self._retries += 1
-        mss = self.send_mss
-        self._ssthresh = max((self._snd_max - self._snd_una) // 2, 2 * mss)
-        self._cwnd = mss
-        self._in_recovery = False
-        self._recover = self._snd_max
-        self._dupacks = 0
-        self._rtt_seq = None
+        self._cc.on_timeout(self._snd_una, self._snd_max, self.send_mss, handshaking)
+        self._rtt.back_off()
         self._snd_nxt = self._snd_una
-        self._retransmit_head = not handshaking
-        self._backoff = min(self._backoff + 1, 16)
         self._rto_deadline = now + self.rto
 
     def _arm_persist(self, now: float) -> None:
@@ -878,7 +809,7 @@ class TcpConnection:
         if (self.state in _SENDING_STATES and waiting and self._snd_wnd == 0
                 and self._snd_max == self._snd_una):
             if self._persist_deadline is None:
-                interval = min(self._rto_base * (1 << self._persist_backoff),
+                interval = min(self._rtt.base * (1 << self._persist_backoff),
                                self.config.max_persist_interval)
                 self._persist_deadline = now + interval
         else:

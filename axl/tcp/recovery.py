@@ -1,0 +1,136 @@
+"""Loss recovery for one TCP connection: the retransmission timer's RTT
+estimate (RFC 6298) and NewReno congestion control (RFC 5681, RFC 6582).
+
+Both are plain state the connection consults and updates; neither sends a
+segment or reads a clock. The connection decides what to transmit; these
+say how long to wait for an acknowledgement and how much may be in flight.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from axl.tcp.connection import TcpConfig
+
+MAX_BACKOFF = 16
+_INFINITE_SSTHRESH = 1 << 62
+
+
+def initial_window(mss: int) -> int:
+    """RFC 6928 initial congestion window."""
+    return min(10 * mss, max(2 * mss, 14600))
+
+
+class RttEstimator:
+    """Smoothed RTT and its variance, the base RTO and its exponential backoff.
+
+    One segment at a time is timed (Karn's rule: a retransmission cancels
+    the measurement, so an ambiguous acknowledgement never becomes a sample).
+    """
+
+    def __init__(self, config: TcpConfig) -> None:
+        self.min_rto = config.min_rto
+        self.max_rto = config.max_rto
+        self.initial_rto = config.initial_rto
+        self.base = config.initial_rto
+        self.backoff = 0
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.timed_seq: int | None = None
+        self.timed_at = 0.0
+
+    def rto(self, cap: float) -> float:
+        """The current retransmission timeout, backoff included, at most `cap`."""
+        return min(cap, self.base * (1 << self.backoff))
+
+    def time(self, seq: int, now: float) -> None:
+        """Time the segment ending at `seq`, unless one is timed already."""
+        if self.timed_seq is None:
+            self.timed_seq, self.timed_at = seq, now
+
+    def cancel(self) -> None:
+        self.timed_seq = None
+
+    def acknowledged(self, ack: int, now: float) -> None:
+        """New data was acknowledged up to `ack`: take the sample if it covers
+        the timed segment, and forget the backoff."""
+        if self.timed_seq is not None and ack >= self.timed_seq:
+            self.sample(now - self.timed_at)
+            self.timed_seq = None
+        self.backoff = 0
+
+    def sample(self, rtt: float) -> None:
+        """RFC 6298 section 2, with a floor suited to the overlay."""
+        if self.srtt is None:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        rto = self.srtt + max(0.001, 4 * self.rttvar)
+        self.base = min(self.max_rto, max(self.min_rto, rto))
+
+    def established(self) -> None:
+        """The handshake finished: no backoff, and no handshake-inflated base without a sample."""
+        self.backoff = 0
+        if self.srtt is None:
+            self.base = self.initial_rto
+
+    def back_off(self) -> None:
+        """A retransmission timeout fired: double the wait, drop the measurement."""
+        self.backoff = min(self.backoff + 1, MAX_BACKOFF)
+        self.timed_seq = None
+
+
+class NewReno:
+    """Congestion window, slow-start threshold and fast recovery (RFC 6582)."""
+
+    def __init__(self, iss: int, dupack_threshold: int) -> None:
+        self.dupack_threshold = dupack_threshold
+        self.cwnd = 0
+        self.ssthresh = _INFINITE_SSTHRESH
+        self.dupacks = 0
+        self.in_recovery = False
+        self.recover = iss
+        # The first unacknowledged segment must be resent now (fast retransmit,
+        # a partial acknowledgement in recovery, or after a timeout).
+        self.retransmit_head = False
+
+    def start(self, mss: int) -> None:
+        self.cwnd = initial_window(mss)
+
+    def on_new_ack(self, acked: int, snd_una: int, snd_max: int, mss: int) -> None:
+        self.dupacks = 0
+        if self.in_recovery:
+            if snd_una >= self.recover:
+                self.in_recovery = False
+                self.cwnd = max(mss, min(self.ssthresh, snd_max - snd_una + mss))
+            else:
+                self.retransmit_head = True
+                self.cwnd = max(mss, self.cwnd - acked + mss)
+            return
+        if self.cwnd < self.ssthresh:
+            self.cwnd += acked
+        else:
+            self.cwnd += max(1, mss * acked // self.cwnd)
+
+    def on_duplicate_ack(self, snd_una: int, snd_max: int, mss: int) -> None:
+        self.dupacks += 1
+        if self.in_recovery:
+            self.cwnd += mss
+        elif self.dupacks == self.dupack_threshold and snd_una >= self.recover:
+            flight = snd_max - snd_una
+            self.ssthresh = max(flight // 2, 2 * mss)
+            self.cwnd = self.ssthresh + 3 * mss
+            self.recover = snd_max
+            self.in_recovery = True
+            self.retransmit_head = True
+
+    def on_timeout(self, snd_una: int, snd_max: int, mss: int, handshaking: bool) -> None:
+        self.ssthresh = max((snd_max - snd_una) // 2, 2 * mss)
+        self.cwnd = mss
+        self.in_recovery = False
+        self.recover = snd_max
+        self.dupacks = 0
+        self.retransmit_head = not handshaking
