@@ -42,6 +42,11 @@ class NodeConfig:
     api_port: int = 9002
     bridge_addr: str = "127.0.0.1"
     tcp_port: int = 7000
+    # The acknowledged message stream between nodes of this project (a local
+    # extension, docs/protocol.md). With message_streams false the node
+    # neither listens on nor dials that port: toward others it is a Go node.
+    message_stream_port: int = 7001
+    message_streams: bool = True
     router_addr: str = ""
     router_port: int = 9003
     a2a_addr: str = ""
@@ -90,14 +95,15 @@ _OVERLAY_FIELDS = {
 _MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Listen": ("listen", bool),
                      "Port": ("port", int), "Priority": ("priority", int), "Password": ("password", str)}
 _BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr"}
-_PORT_FIELDS = {"api_port", "tcp_port", "router_port", "a2a_port"}
+_BRIDGE_BOOL_FIELDS = {"message_streams"}
+_PORT_FIELDS = {"api_port", "tcp_port", "message_stream_port", "router_port", "a2a_port"}
 
 
 def _bridge_fields() -> dict[str, tuple[str, type]]:
     names = {f.name: f.type for f in fields(NodeConfig)}
     overlay_attrs = {attr for attr, _ in _OVERLAY_FIELDS.values()}
     return {
-        name: (name, str if name in _BRIDGE_STR_FIELDS else int)
+        name: (name, str if name in _BRIDGE_STR_FIELDS else bool if name in _BRIDGE_BOOL_FIELDS else int)
         for name in names if name not in overlay_attrs
     }
 

@@ -22,9 +22,9 @@ SETTINGS = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
 class Pair:
     """Two cores on one link; frames arrive at once, time jumps to the next timer."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: tuple[MessageSettings, MessageSettings] = (SETTINGS, SETTINGS)) -> None:
         self.now = 1000.0
-        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), SETTINGS, self.now,
+        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), settings[n - 1], self.now,
                                rng=random.Random(n)) for n in (1, 2)]
         self.events: list[list[MessageEvent]] = [[], []]
         for index, core in enumerate(self.cores):

@@ -1,7 +1,10 @@
 """AXL's application protocol over the userspace TCP stack, sans-IO.
 
-Every message travels on its own TCP connection to port `tcp_port` of the
-destination's overlay address, as u32be length || body. The sender half-closes
+Between nodes of this project a message travels on a kept-open, acknowledged
+stream to port `message_stream_port` (axl.node.streams). Toward any other
+node (a Go node resets that SYN) and for requests, every message travels on
+its own TCP connection to port `tcp_port` of the destination's overlay
+address, as u32be length || body. The sender half-closes
 after the body and waits for the receiver's FIN: a receiver closes only after
 it has read everything, so that FIN is an end-to-end acknowledgement (it works
 against Go receivers too, which close on EOF). A receiver that cannot queue a
@@ -21,7 +24,6 @@ receive window instead of filling our memory.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 from collections import OrderedDict, deque
@@ -30,6 +32,9 @@ from dataclasses import dataclass, field
 from axl.config import NodeConfig
 from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import address_for_key, key_for_address_bytes
+from axl.node.deadlines import Deadlines
+from axl.node.events import Acknowledged, InboundMessage, MessageEvent, ReplyReceived, SendFailed
+from axl.node.streams import MessageStreams
 from axl.tcp import events as tcp_events
 from axl.tcp.connection import TcpConnection
 from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
@@ -55,51 +60,15 @@ class MessageSettings:
     send_timeout: float = 60.0
     read_timeout: float = 60.0
     idle_timeout: float = 300.0
+    stream_port: int = 7001
+    streams: bool = True
 
     @classmethod
     def from_config(cls, config: NodeConfig) -> MessageSettings:
         return cls(config.tcp_port, config.max_message_size, config.lookup_timeout_secs,
                    config.send_timeout_secs, config.conn_read_timeout_secs,
-                   config.conn_idle_timeout_secs)
-
-
-# -- what the application hears ------------------------------------------
-
-
-@dataclass
-class MessageEvent:
-    handle: int
-
-
-@dataclass
-class Acknowledged(MessageEvent):
-    """The receiver read the whole message and closed: it is delivered."""
-
-
-@dataclass
-class ReplyReceived(MessageEvent):
-    """A request's framed reply arrived."""
-
-    reply: bytes
-
-
-@dataclass
-class SendFailed(MessageEvent):
-    """A send or request ended without success; `error` says why in one line."""
-
-    error: DeliveryError
-
-    @property
-    def kind(self) -> str:
-        return type(self.error).__name__
-
-
-@dataclass
-class InboundMessage(MessageEvent):
-    """A whole message arrived; answer it with `answer_inbound(handle, ...)`."""
-
-    sender: bytes
-    payload: bytes
+                   config.conn_idle_timeout_secs, config.message_stream_port,
+                   config.message_streams)
 
 
 # -- per-connection state --------------------------------------------------
@@ -146,11 +115,11 @@ class MessageLayer:
         self._answers: dict[int, _Inbound] = {}
         self._writers: dict[_Stream, None] = {}
         self._events: deque[MessageEvent] = deque()
-        self._timers: list[tuple[float, int, _Stream]] = []
-        self._timer_seq = itertools.count()
+        self._timers: Deadlines[_Stream] = Deadlines()
         # overlay address -> the full key its packets were last proven to come from
         self._senders: OrderedDict[bytes, bytes] = OrderedDict()
         stack.listen(settings.port)
+        self.streams = MessageStreams(stack, settings, self._handles, self._events, self._fallback)
 
     # -- application side -----------------------------------------------
 
@@ -158,7 +127,13 @@ class MessageLayer:
         """Start one acknowledged message; raises MessageTooLarge at once."""
         if len(payload) > self.settings.max_message_size:
             raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds max_message_size")
+        if self.streams.usable(dest_key, now):
+            return self.streams.send(dest_key, payload, now)
         return self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None)
+
+    def _fallback(self, dest_key: bytes, payload: bytes, now: float, handle: int) -> None:
+        """A stream message whose destination has no stream port: its own connection."""
+        self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None, handle)
 
     def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
         """One envelope out, one framed reply back on the same connection."""
@@ -167,6 +142,8 @@ class MessageLayer:
 
     def answer_inbound(self, handle: int, accepted: bool, reply: bytes | None, now: float) -> None:
         """The application's verdict on an InboundMessage."""
+        if self.streams.answer(handle, accepted, now):
+            return
         stream = self._answers.pop(handle, None)
         if stream is None:
             return
@@ -188,6 +165,7 @@ class MessageLayer:
         return self._events.popleft() if self._events else None
 
     def abort_all(self) -> None:
+        self.streams.abort_all()
         for stream in list(self._streams.values()):
             stream.conn.abort()
         self._streams.clear()
@@ -206,7 +184,13 @@ class MessageLayer:
         while (event := stack.next_event()) is not None:
             conn = event.connection
             if isinstance(event, tcp_events.NewConnection):
-                self._accept(conn, now)
+                if self.streams.is_stream_port(conn):
+                    self.streams.accept(conn, self._peer_of(conn), now)
+                else:
+                    self._accept(conn, now)
+                continue
+            if self.streams.owns(conn):
+                self.streams.event(event, now)
                 continue
             stream = self._streams.get(conn)
             if isinstance(stream, _Outbound):
@@ -216,20 +200,16 @@ class MessageLayer:
         for stream in list(self._writers):
             if stream.conn.send_space:
                 self._write(stream, now)
+        self.streams.write_all()
 
     def get_timer(self) -> float | None:
-        timers = self._timers
-        while timers and timers[0][2].deadline != timers[0][0]:
-            heapq.heappop(timers)
-        return timers[0][0] if timers else None
+        mine = self._timers.earliest()
+        theirs = self.streams.get_timer()
+        return theirs if mine is None else mine if theirs is None else min(mine, theirs)
 
     def handle_timer(self, now: float) -> None:
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            when, _, stream = heapq.heappop(timers)
-            if stream.deadline != when:
-                continue
-            stream.deadline = None
+        self.streams.handle_timer(now)
+        for stream in self._timers.due(now):
             if isinstance(stream, _Outbound):
                 self._outbound_expired(stream)
             else:
@@ -238,7 +218,7 @@ class MessageLayer:
     # -- outbound -------------------------------------------------------
 
     def _open(self, dest_key: bytes, payload: bytes, now: float, connect_deadline: float,
-              reply_timeout: float | None) -> int:
+              reply_timeout: float | None, handle: int | None = None) -> int:
         """Connect with the framed message queued before the SYN leaves, as much
         of it as the send buffer takes: it then rides on the handshake's final
         ACK instead of waiting a round trip, and for a plain send the FIN rides
@@ -247,7 +227,7 @@ class MessageLayer:
         conn.send(message_header(len(payload)))
         rest = memoryview(payload)[conn.send(payload):]
         want_reply = reply_timeout is not None
-        stream = _Outbound(conn, dest_key, rest=rest, handle=next(self._handles),
+        stream = _Outbound(conn, dest_key, rest=rest, handle=handle or next(self._handles),
                            want_reply=want_reply, reply_timeout=reply_timeout or 0.0,
                            final_deadline=now + (reply_timeout or 0.0))
         if want_reply:
@@ -343,9 +323,11 @@ class MessageLayer:
         if len(senders) > MAX_REMEMBERED_SENDERS:
             senders.popitem(last=False)
 
+    def _peer_of(self, conn: TcpConnection) -> bytes:
+        return self._senders.get(conn.remote_address) or key_for_address_bytes(conn.remote_address)
+
     def _accept(self, conn: TcpConnection, now: float) -> None:
-        peer = self._senders.get(conn.remote_address) or key_for_address_bytes(conn.remote_address)
-        stream = _Inbound(conn, peer, decoder=MessageDecoder(self.settings.max_message_size))
+        stream = _Inbound(conn, self._peer_of(conn), decoder=MessageDecoder(self.settings.max_message_size))
         self._streams[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
@@ -445,9 +427,7 @@ class MessageLayer:
             self._advance(stream, now)
 
     def _set_deadline(self, stream: _Stream, when: float | None) -> None:
-        stream.deadline = when
-        if when is not None:
-            heapq.heappush(self._timers, (when, next(self._timer_seq), stream))
+        self._timers.set(stream, when)
 
     def _forget(self, stream: _Stream) -> None:
         stream.deadline = None

@@ -1,0 +1,272 @@
+"""The acknowledged message stream between nodes of this project (sans-IO).
+
+One overlay TCP connection per destination carries many messages, each
+answered in-band with the status `/send` reports (200 queued, 503 refused by a
+full queue, 413 too large for the receiver). It runs on its own port
+(`message_stream_port`) so that port `tcp_port` keeps the Go node's
+one-message-per-connection protocol; see docs/protocol.md.
+
+Wire format (all integers big-endian):
+
+    connection start, sender -> receiver:  "AXLS" | u8 version | u64 session id
+    message, sender -> receiver:           u8 1 | u64 seq | u32 length | payload
+    acknowledgement, receiver -> sender:   u8 2 | u64 seq | u16 status
+
+A session outlives its connections: when one breaks, the sender opens another
+with the same session id and sends every unacknowledged message again with
+its old sequence number. The receiver remembers, per session, the highest
+sequence number it answered and the recent answers, so a message delivered
+before the break is acknowledged again (with its first status) instead of
+being delivered twice.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from axl.wire import DecodeError
+
+MAGIC = b"AXLS"
+VERSION = 1
+MESSAGE = 1
+ACK = 2
+_HELLO = struct.Struct("!4sBQ")
+_MESSAGE = struct.Struct("!BQI")
+_ACK = struct.Struct("!BQH")
+
+STATUS_QUEUED = 200
+STATUS_TOO_LARGE = 413
+STATUS_REFUSED = 503
+KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
+
+# The sender's window: at most this many messages, and this many payload bytes
+# unless the window is empty (one message of any allowed size always fits).
+WINDOW_MESSAGES = 256
+WINDOW_BYTES = 4 << 20
+# Sessions a receiver remembers (least recently used forgotten first).
+MAX_SESSIONS = 1024
+
+
+class StreamError(DecodeError):
+    """The peer broke the stream protocol; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    seq: int
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A connection opened (or reopened) session `session_id`."""
+
+    session_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A new message: deliver it, then `answer` it."""
+
+    seq: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A message that was answered already (or must be refused unread):
+    write its acknowledgement, deliver nothing."""
+
+    seq: int
+    status: int
+
+
+def encode_hello(session_id: int) -> bytes:
+    return _HELLO.pack(MAGIC, VERSION, session_id)
+
+
+def encode_message(seq: int, payload: bytes) -> bytes:
+    return _MESSAGE.pack(MESSAGE, seq, len(payload)) + payload
+
+
+def encode_ack(seq: int, status: int) -> bytes:
+    return _ACK.pack(ACK, seq, status)
+
+
+class StreamSender:
+    """One session's sending side: sequence numbers and the window of
+    messages sent but not yet acknowledged."""
+
+    def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES,
+                 window_bytes: int = WINDOW_BYTES) -> None:
+        self.session_id = session_id
+        self.window_messages = window_messages
+        self.window_bytes = window_bytes
+        self.next_seq = 1
+        self.unacked: OrderedDict[int, bytes] = OrderedDict()
+        self.unacked_bytes = 0
+        self._buffer = bytearray()
+        self._pending: list[bytes] = []
+
+    def has_room(self, size: int) -> bool:
+        if not self.unacked:
+            return True
+        return (len(self.unacked) < self.window_messages
+                and self.unacked_bytes + size <= self.window_bytes)
+
+    def submit(self, payload: bytes) -> int:
+        """Queue one message for sending; returns its sequence number."""
+        seq = self.next_seq
+        self.next_seq += 1
+        frame = encode_message(seq, payload)
+        self.unacked[seq] = frame
+        self.unacked_bytes += len(payload)
+        self._pending.append(frame)
+        return seq
+
+    def payload_of(self, seq: int) -> bytes:
+        """An unacknowledged message's payload (to send it another way)."""
+        return self.unacked[seq][_MESSAGE.size:]
+
+    def start_connection(self) -> bytes:
+        """The first bytes of a (new) connection: the hello and every
+        unacknowledged message again, in order. Clears pending output."""
+        self._pending.clear()
+        return encode_hello(self.session_id) + b"".join(self.unacked.values())
+
+    def take_output(self) -> bytes:
+        """Everything submitted since the connection started or the last call,
+        as one buffer: many small messages leave in one segment."""
+        data = b"".join(self._pending)
+        self._pending.clear()
+        return data
+
+    def receive(self, data: bytes) -> list[Ack]:
+        """Acknowledgement bytes from the receiver -> the acks they complete."""
+        buffer = self._buffer
+        buffer += data
+        acks: list[Ack] = []
+        offset = 0
+        while len(buffer) - offset >= _ACK.size:
+            kind, seq, status = _ACK.unpack_from(buffer, offset)
+            if kind != ACK or status not in KNOWN_STATUSES:
+                raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
+            frame = self.unacked.pop(seq, None)
+            if frame is None:
+                raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
+            self.unacked_bytes -= len(frame) - _MESSAGE.size
+            acks.append(Ack(seq, status))
+            offset += _ACK.size
+        del buffer[:offset]
+        return acks
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """What a receiver remembers of one sender's session."""
+
+    answered_upto: int = 0
+    answers: OrderedDict[int, int] | None = None
+
+    def remember(self, seq: int, status: int) -> None:
+        if self.answers is None:
+            self.answers = OrderedDict()
+        self.answers[seq] = status
+        self.answered_upto = max(self.answered_upto, seq)
+        while len(self.answers) > WINDOW_MESSAGES:
+            self.answers.popitem(last=False)
+
+    def status_of(self, seq: int) -> int:
+        # Older than the remembered answers: the sender's window cannot hold
+        # it, so it was acknowledged already and the sender dropped it.
+        return (self.answers or {}).get(seq, STATUS_QUEUED)
+
+
+class SessionTable:
+    """The receiver's memory of sessions, bounded, least recently used first out."""
+
+    def __init__(self, capacity: int = MAX_SESSIONS) -> None:
+        self.capacity = capacity
+        self._records: OrderedDict[tuple[bytes, int], SessionRecord] = OrderedDict()
+
+    def record(self, peer: bytes, session_id: int) -> SessionRecord:
+        key = (peer, session_id)
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = SessionRecord()
+            if len(self._records) > self.capacity:
+                self._records.popitem(last=False)
+        else:
+            self._records.move_to_end(key)
+        return record
+
+
+class StreamReceiver:
+    """One inbound connection: decodes the hello and messages, drops the
+    ones its session answered already, and encodes the answers."""
+
+    def __init__(self, table: SessionTable, peer: bytes, max_message_size: int) -> None:
+        self.table = table
+        self.peer = peer
+        self.max_message_size = max_message_size
+        self.record: SessionRecord | None = None
+        self._buffer = bytearray()
+        self._skip = 0
+
+    @property
+    def partial(self) -> bool:
+        """True while part of a frame is buffered (the read deadline applies)."""
+        return bool(self._buffer) or self._skip > 0
+
+    def feed(self, data: bytes) -> list[Hello | Message | Answered]:
+        """Append stream bytes; return the events they complete, in order.
+        A Hello is returned alone (see below)."""
+        buffer = self._buffer
+        buffer += data
+        events: list[Hello | Message | Answered] = []
+        offset = self._skip_body(0)
+        if self.record is None:
+            if len(buffer) < _HELLO.size:
+                return events
+            magic, version, session_id = _HELLO.unpack_from(buffer, 0)
+            if magic != MAGIC or version != VERSION:
+                raise StreamError(f"not a message stream (magic {magic!r}, version {version})")
+            self.record = self.table.record(self.peer, session_id)
+            # Stop here: the caller first settles any older connection of
+            # this session, then feeds b"" to read on against its answers.
+            del buffer[:_HELLO.size]
+            return [Hello(session_id)]
+        while len(buffer) - offset >= _MESSAGE.size:
+            kind, seq, length = _MESSAGE.unpack_from(buffer, offset)
+            if kind != MESSAGE:
+                raise StreamError(f"unexpected frame type {kind}")
+            if length > self.max_message_size:
+                events.append(Answered(seq, STATUS_TOO_LARGE))
+                self._skip = length
+                offset = self._skip_body(offset + _MESSAGE.size)
+                continue
+            end = offset + _MESSAGE.size + length
+            if len(buffer) < end:
+                break
+            payload = bytes(buffer[offset + _MESSAGE.size:end])
+            offset = end
+            if seq <= self.record.answered_upto:
+                events.append(Answered(seq, self.record.status_of(seq)))
+            else:
+                events.append(Message(seq, payload))
+        del buffer[:offset]
+        return events
+
+    def _skip_body(self, offset: int) -> int:
+        """Discard up to `_skip` bytes of a refused body from `offset` on."""
+        taken = min(self._skip, len(self._buffer) - offset)
+        self._skip -= taken
+        return offset + taken
+
+    def answer(self, seq: int, status: int) -> bytes:
+        """Record a message's fate and return its acknowledgement frame."""
+        assert self.record is not None
+        self.record.remember(seq, status)
+        return encode_ack(seq, status)

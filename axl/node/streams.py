@@ -1,0 +1,486 @@
+"""Message streams over the userspace TCP stack, sans-IO.
+
+`axl.node.msgstream` is the stream protocol; this module runs it on TCP
+connections for the message layer. A sender keeps one `_Link` per
+destination: one session, its connection (opened again, with the same
+session, when it breaks with messages outstanding), and the handle of every
+message waiting for its acknowledgement. A receiver's `_Inbound` hands one
+message at a time to the application and writes each answer back as an
+acknowledgement.
+
+A destination whose stream port resets the SYN (a Go node, or one of ours
+with `message_streams` false) is remembered for `UNSUPPORTED_TTL` seconds:
+its messages, including those already waiting, take the
+one-connection-per-message path meanwhile (the message layer's `fallback`).
+
+Like `MessageLayer`, this holds no clock and no task: time comes with each call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.identity import address_for_key
+from axl.node.deadlines import Deadlines
+from axl.node.events import Acknowledged, InboundMessage, MessageEvent, SendFailed
+from axl.node.msgstream import (
+    STATUS_QUEUED,
+    STATUS_REFUSED,
+    STATUS_TOO_LARGE,
+    Ack,
+    Answered,
+    Hello,
+    Message,
+    SessionTable,
+    StreamError,
+    StreamReceiver,
+    StreamSender,
+)
+from axl.tcp import events as tcp_events
+from axl.tcp.connection import TcpConnection
+from axl.tcp.stack import TcpStack
+
+if TYPE_CHECKING:
+    from axl.node.messages import MessageSettings
+
+log = logging.getLogger("axl.streams")
+
+UNSUPPORTED_TTL = 60.0
+MAX_UNSUPPORTED = 4096
+# A sender closes a stream with nothing outstanding after this long (the
+# receiver's own limit is the idle timeout, conn_idle_timeout_secs).
+SENDER_IDLE = 30.0
+# Reopenings of a broken connection in a row without any acknowledgement.
+MAX_REOPENS = 2
+# How long a receiver that closed waits for the sender's last ACK before it resets.
+CLOSE_WAIT = 10.0
+MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
+
+Fallback = Callable[[bytes, bytes, float, int], None]
+
+
+@dataclass(eq=False)
+class _Link:
+    """The sending side of one session to one destination."""
+
+    dest: bytes
+    sender: StreamSender
+    conn: TcpConnection | None = None
+    connected: bool = False
+    ever_connected: bool = False
+    reopens: int = 0
+    handles: dict[int, int] = field(default_factory=dict)
+    # (deadline, seq) in submission order: the send timeout of each waiting message
+    expiries: deque[tuple[float, int]] = field(default_factory=deque)
+    connect_deadline: float | None = None
+    idle_deadline: float | None = None
+    rest: memoryview = field(default_factory=lambda: memoryview(b""))
+    deadline: float | None = None
+
+
+@dataclass(eq=False)
+class _Inbound:
+    """The receiving side of one stream connection."""
+
+    conn: TcpConnection
+    receiver: StreamReceiver
+    queue: deque[Message | Answered] = field(default_factory=deque)
+    session: tuple[bytes, int] | None = None
+    answering: tuple[int, int] | None = None  # (handle, seq)
+    successor: _Inbound | None = None
+    paused: bool = False
+    stash: list[bytes] = field(default_factory=list)
+    out: bytearray = field(default_factory=bytearray)
+    unconsumed: int = 0
+    finished: bool = False
+    closing: bool = False
+    ended: bool = False
+    deadline: float | None = None
+    partial_since: float | None = None
+
+
+class MessageStreams:
+    """Every message stream of one node, both directions."""
+
+    def __init__(self, stack: TcpStack, settings: "MessageSettings", handles: Iterator[int],
+                 events: deque[MessageEvent], fallback: Fallback) -> None:
+        self.stack = stack
+        self.settings = settings
+        self.enabled = settings.streams
+        self._handles = handles
+        self._events = events
+        self._fallback = fallback
+        self._links: dict[bytes, _Link] = {}
+        self._by_conn: dict[TcpConnection, _Link | _Inbound] = {}
+        self._answers: dict[int, _Inbound] = {}
+        self._active: dict[tuple[bytes, int], _Inbound] = {}
+        self._unsupported: OrderedDict[bytes, float] = OrderedDict()
+        self._sessions = SessionTable()
+        self._timers: Deadlines[_Link | _Inbound] = Deadlines()
+        if self.enabled:
+            stack.listen(settings.stream_port)
+
+    # -- the sending side -------------------------------------------------
+
+    def usable(self, dest: bytes, now: float) -> bool:
+        """Whether a message to `dest` goes on a stream."""
+        if not self.enabled:
+            return False
+        until = self._unsupported.get(dest)
+        if until is None:
+            return True
+        if until > now:
+            return False
+        del self._unsupported[dest]
+        return True
+
+    def send(self, dest: bytes, payload: bytes, now: float) -> int:
+        link = self._links.get(dest)
+        if link is None:
+            link = self._links[dest] = _Link(dest, StreamSender(int.from_bytes(os.urandom(8), "big")))
+        if link.conn is None:
+            self._connect(link, now)
+        handle = next(self._handles)
+        seq = link.sender.submit(payload)
+        link.handles[seq] = handle
+        link.expiries.append((now + self.settings.send_timeout, seq))
+        link.idle_deadline = None
+        self._schedule(link)
+        return handle
+
+    def _connect(self, link: _Link, now: float) -> None:
+        link.conn = self.stack.connect(address_for_key(link.dest), self.settings.stream_port, now=now)
+        link.connected = False
+        link.rest = memoryview(b"")
+        link.connect_deadline = now + self.settings.lookup_timeout
+        link.idle_deadline = None
+        self._by_conn[link.conn] = link
+        self._schedule(link)
+
+    def _link_event(self, link: _Link, event: tcp_events.TcpEvent, now: float) -> None:
+        match event:
+            case tcp_events.Connected():
+                self._connected(link, now)
+            case tcp_events.DataReceived(data=data):
+                link.conn.consumed(len(data))
+                try:
+                    acks = link.sender.receive(data)
+                except StreamError as exc:
+                    log.warning("message stream to %s: %s", link.dest.hex()[:16], exc)
+                    link.conn.abort()
+                    self._end_link(link, DeliveryError(f"message stream to {link.dest.hex()} broke: "
+                                                       f"{exc}{MAY_HAVE_ARRIVED}"))
+                    return
+                self._acknowledged(link, acks, now)
+            case tcp_events.PeerFinished() | tcp_events.Closed():
+                link.conn.close()
+                self._broken(link, "closed", now)
+            case tcp_events.Reset(reason=reason):
+                self._broken(link, f"reset: {reason}", now)
+            case tcp_events.TimedOut():
+                self._broken(link, "timed out", now)
+
+    def _connected(self, link: _Link, now: float) -> None:
+        log.info("message stream to %s open (session %016x, %d to repeat)", link.dest.hex()[:16],
+                 link.sender.session_id, len(link.sender.unacked))
+        link.connected = link.ever_connected = True
+        link.connect_deadline = None
+        link.rest = memoryview(link.sender.start_connection())
+        if not link.handles:
+            link.idle_deadline = now + SENDER_IDLE
+        self._schedule(link)
+
+    def _acknowledged(self, link: _Link, acks: list[Ack], now: float) -> None:
+        for ack in acks:
+            link.reopens = 0
+            handle = link.handles.pop(ack.seq, None)
+            if handle is None:
+                continue  # its sender was told it timed out
+            if ack.status == STATUS_QUEUED:
+                self._events.append(Acknowledged(handle))
+            elif ack.status == STATUS_REFUSED:
+                self._events.append(SendFailed(handle, ReceiverFull(
+                    f"{link.dest.hex()} refused the message: its receive queue is full")))
+            else:
+                self._events.append(SendFailed(handle, MessageTooLarge(
+                    f"the message exceeds the max_message_size of {link.dest.hex()}")))
+        if not link.handles and link.connected:
+            link.idle_deadline = now + SENDER_IDLE
+        self._schedule(link)
+
+    def _broken(self, link: _Link, how: str, now: float) -> None:
+        """The connection ended: fall back, reopen, or give up."""
+        self._by_conn.pop(link.conn, None)
+        link.conn = None
+        was_connected, link.connected = link.connected, False
+        dest = link.dest.hex()
+        if not was_connected and not link.ever_connected and how.startswith("reset"):
+            log.info("%s has no message stream port: one connection per message", dest[:16])
+            self._mark_unsupported(link.dest, now)
+            self._forget_link(link)
+            for seq, handle in link.handles.items():
+                self._fallback(link.dest, link.sender.payload_of(seq), now, handle)
+            return
+        if not was_connected:
+            self._end_link(link, PeerUnreachable(f"{dest} refused the message stream ({how})"))
+            return
+        if not link.sender.unacked:
+            self._forget_link(link)
+            return
+        link.reopens += 1
+        if link.reopens > MAX_REOPENS:
+            self._end_link(link, DeliveryTimeout(f"the message stream to {dest} broke ({how}) "
+                                                 f"before the message was acknowledged{MAY_HAVE_ARRIVED}"))
+            return
+        log.info("message stream to %s broke (%s) with %d outstanding: reopening",
+                 dest[:16], how, len(link.sender.unacked))
+        self._connect(link, now)
+
+    def _mark_unsupported(self, dest: bytes, now: float) -> None:
+        self._unsupported[dest] = now + UNSUPPORTED_TTL
+        self._unsupported.move_to_end(dest)
+        if len(self._unsupported) > MAX_UNSUPPORTED:
+            self._unsupported.popitem(last=False)
+
+    def _end_link(self, link: _Link, error: DeliveryError) -> None:
+        for handle in link.handles.values():
+            self._events.append(SendFailed(handle, error))
+        link.handles.clear()
+        if link.conn is not None:
+            self._by_conn.pop(link.conn, None)
+            link.conn.abort()
+            link.conn = None
+        self._forget_link(link)
+
+    def _forget_link(self, link: _Link) -> None:
+        link.deadline = None
+        if self._links.get(link.dest) is link:
+            del self._links[link.dest]
+
+    def _link_expired(self, link: _Link, now: float) -> None:
+        dest = link.dest.hex()
+        if link.connect_deadline is not None and link.connect_deadline <= now:
+            if link.ever_connected:
+                self._end_link(link, DeliveryTimeout(f"the message stream to {dest} could not be "
+                                                     f"reopened{MAY_HAVE_ARRIVED}"))
+            else:
+                self._end_link(link, PeerUnreachable(f"no route to {dest}: peer offline or unknown"))
+            return
+        while link.expiries and link.expiries[0][0] <= now:
+            _, seq = link.expiries.popleft()
+            handle = link.handles.pop(seq, None)
+            if handle is not None:
+                self._events.append(SendFailed(handle, DeliveryTimeout(
+                    f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")))
+        if (link.idle_deadline is not None and link.idle_deadline <= now and link.conn is not None
+                and not link.sender.unacked):
+            link.conn.close()
+            self._by_conn.pop(link.conn, None)
+            self._forget_link(link)
+            return
+        self._schedule(link)
+
+    def _schedule(self, link: _Link) -> None:
+        while link.expiries and link.expiries[0][1] not in link.handles:
+            link.expiries.popleft()
+        candidates = [when for when in (link.connect_deadline, link.idle_deadline,
+                                        link.expiries[0][0] if link.expiries else None)
+                      if when is not None]
+        self._set_deadline(link, min(candidates) if candidates else None)
+
+    # -- the receiving side ---------------------------------------------
+
+    def accept(self, conn: TcpConnection, peer: bytes, now: float) -> None:
+        stream = _Inbound(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
+        self._by_conn[conn] = stream
+        self._set_deadline(stream, now + self.settings.idle_timeout)
+
+    def _inbound_event(self, stream: _Inbound, event: tcp_events.TcpEvent, now: float) -> None:
+        match event:
+            case tcp_events.DataReceived(data=data):
+                stream.unconsumed += len(data)
+                if stream.paused:
+                    stream.stash.append(data)
+                else:
+                    self._feed(stream, data, now)
+            case tcp_events.PeerFinished():
+                stream.finished = True
+                self._advance(stream, now)
+            case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
+                self._inbound_ended(stream)
+
+    def _feed(self, stream: _Inbound, data: bytes, now: float) -> None:
+        receiver = stream.receiver
+        try:
+            events = receiver.feed(data)
+            if events and isinstance(events[0], Hello):
+                if self._settle(stream, events[0].session_id):
+                    return
+                events = receiver.feed(b"")
+        except StreamError as exc:
+            log.warning("message stream from %s: %s", receiver.peer.hex()[:16], exc)
+            self._abort_inbound(stream)
+            return
+        stream.queue.extend(events)
+        if receiver.partial:
+            if stream.partial_since is None:
+                stream.partial_since = now
+        else:
+            stream.partial_since = None
+        self._advance(stream, now)
+
+    def _settle(self, stream: _Inbound, session_id: int) -> bool:
+        """A connection took over a session: end the older one. If that one
+        still awaits the application's answer, pause this one until it is on
+        record (True), so a message it repeats is recognised, not delivered twice."""
+        key = (stream.receiver.peer, session_id)
+        stream.session = key
+        older = self._active.get(key)
+        self._active[key] = stream
+        if older is None:
+            return False
+        if not older.ended:
+            self._abort_inbound(older)
+        if older.answering is None:
+            return False
+        older.successor = stream
+        stream.paused = True
+        return True
+
+    def _resume(self, stream: _Inbound, now: float) -> None:
+        stream.paused = False
+        stash, stream.stash = stream.stash, []
+        self._feed(stream, b"".join(stash), now)
+
+    def _advance(self, stream: _Inbound, now: float) -> None:
+        """Answer repeats at once; hand the next new message to the application."""
+        if stream.answering is not None or stream.paused or stream.ended:
+            return
+        receiver = stream.receiver
+        while stream.queue:
+            event = stream.queue.popleft()
+            if isinstance(event, Answered):
+                stream.out += receiver.answer(event.seq, event.status)
+                continue
+            handle = next(self._handles)
+            stream.answering = (handle, event.seq)
+            self._answers[handle] = stream
+            self._events.append(InboundMessage(handle, receiver.peer, event.payload))
+            self._set_deadline(stream, None)
+            return
+        if stream.unconsumed:
+            stream.conn.consumed(stream.unconsumed)
+            stream.unconsumed = 0
+        if stream.finished and not stream.closing:
+            stream.closing = True
+            stream.conn.close()
+            self._set_deadline(stream, now + CLOSE_WAIT)
+        elif stream.partial_since is not None:
+            self._set_deadline(stream, stream.partial_since + self.settings.read_timeout)
+        elif not stream.closing:
+            self._set_deadline(stream, now + self.settings.idle_timeout)
+
+    def answer(self, handle: int, accepted: bool, now: float) -> bool:
+        """The application's verdict on an inbound message; False if not ours."""
+        stream = self._answers.pop(handle, None)
+        if stream is None:
+            return False
+        assert stream.answering is not None
+        seq = stream.answering[1]
+        stream.answering = None
+        if not accepted:
+            log.warning("receive queue full: refused a message from %s", stream.receiver.peer.hex()[:16])
+        ack = stream.receiver.answer(seq, STATUS_QUEUED if accepted else STATUS_REFUSED)
+        if stream.ended:
+            self._release_session(stream)
+            if stream.successor is not None:
+                self._resume(stream.successor, now)
+            return True
+        stream.out += ack
+        self._advance(stream, now)
+        return True
+
+    def _inbound_ended(self, stream: _Inbound) -> None:
+        stream.ended = True
+        stream.queue.clear()
+        stream.deadline = None
+        self._by_conn.pop(stream.conn, None)
+        if stream.answering is None:
+            self._release_session(stream)
+
+    def _release_session(self, stream: _Inbound) -> None:
+        """Forget the stream as its session's latest (kept while the application
+        holds one of its messages: a successor must wait for that answer)."""
+        if stream.session is not None and self._active.get(stream.session) is stream:
+            del self._active[stream.session]
+
+    def _abort_inbound(self, stream: _Inbound) -> None:
+        stream.conn.abort()
+        self._inbound_ended(stream)
+
+    # -- shared with the message layer ------------------------------------
+
+    def owns(self, conn: TcpConnection) -> bool:
+        return conn in self._by_conn
+
+    def is_stream_port(self, conn: TcpConnection) -> bool:
+        return self.enabled and conn.local_port == self.settings.stream_port
+
+    def event(self, event: tcp_events.TcpEvent, now: float) -> None:
+        owner = self._by_conn.get(event.connection)
+        if isinstance(owner, _Link):
+            self._link_event(owner, event, now)
+        elif owner is not None:
+            self._inbound_event(owner, event, now)
+
+    def write_all(self) -> None:
+        """Move pending output into the send buffers: everything submitted
+        since the last call leaves as one write (one segment for small messages)."""
+        for owner in list(self._by_conn.values()):
+            if isinstance(owner, _Link):
+                if owner.connected:
+                    self._write_link(owner)
+            elif owner.out:
+                accepted = owner.conn.send(owner.out)
+                del owner.out[:accepted]
+
+    def _write_link(self, link: _Link) -> None:
+        conn = link.conn
+        while True:
+            if not link.rest:
+                output = link.sender.take_output()
+                if not output:
+                    return
+                link.rest = memoryview(output)
+            accepted = conn.send(link.rest)
+            link.rest = link.rest[accepted:]
+            if link.rest:
+                return
+
+    def get_timer(self) -> float | None:
+        return self._timers.earliest()
+
+    def handle_timer(self, now: float) -> None:
+        for owner in self._timers.due(now):
+            if isinstance(owner, _Link):
+                self._link_expired(owner, now)
+            else:
+                if not owner.closing:
+                    log.info("message stream from %s idle or stalled: closing",
+                             owner.receiver.peer.hex()[:16])
+                self._abort_inbound(owner)
+
+    def abort_all(self) -> None:
+        for conn in list(self._by_conn):
+            conn.abort()
+        self._by_conn.clear()
+        self._links.clear()
+
+    def _set_deadline(self, owner: _Link | _Inbound, when: float | None) -> None:
+        self._timers.set(owner, when)

@@ -1,0 +1,130 @@
+"""The acknowledged message stream's state machines, without a network."""
+
+from __future__ import annotations
+
+import pytest
+
+from axl.node.msgstream import (
+    STATUS_QUEUED,
+    STATUS_REFUSED,
+    STATUS_TOO_LARGE,
+    Ack,
+    Answered,
+    Hello,
+    Message,
+    SessionTable,
+    StreamError,
+    StreamReceiver,
+    StreamSender,
+    encode_ack,
+)
+
+PEER = bytes(32)
+
+
+def feed_bytewise(receiver: StreamReceiver, data: bytes) -> list:
+    return [event for i in range(len(data)) for event in receiver.feed(data[i:i + 1])]
+
+
+def feed(receiver: StreamReceiver, data: bytes) -> list:
+    """All events of `data`: a Hello pauses the receiver, so feed on after one."""
+    events = receiver.feed(data)
+    if events and isinstance(events[0], Hello):
+        events += receiver.feed(b"")
+    return events
+
+
+def test_messages_arrive_in_order_and_acks_free_the_window() -> None:
+    sender = StreamSender(session_id=7, window_messages=2)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    wire = sender.start_connection()
+    for payload in (b"one", b"", b"three"):
+        assert sender.has_room(len(payload)) or len(sender.unacked) == 2
+        sender.submit(payload)
+    wire += sender.take_output()
+    assert sender.take_output() == b""
+    events = feed_bytewise(receiver, wire)
+    assert events == [Hello(7), Message(1, b"one"), Message(2, b""), Message(3, b"three")]
+    assert not sender.has_room(1)
+    acks = sender.receive(receiver.answer(1, STATUS_QUEUED) + receiver.answer(2, STATUS_REFUSED)[:5])
+    assert acks == [Ack(1, STATUS_QUEUED)]
+    assert sender.receive(receiver.answer(2, STATUS_REFUSED)[5:]) == [Ack(2, STATUS_REFUSED)]
+    assert list(sender.unacked) == [3]
+    assert not receiver.partial
+
+
+def test_a_reconnected_session_is_not_delivered_twice() -> None:
+    table = SessionTable()
+    sender = StreamSender(session_id=1)
+    first = StreamReceiver(table, PEER, max_message_size=100)
+    feed(first, sender.start_connection())
+    for payload in (b"a", b"b", b"c"):
+        sender.submit(payload)
+    events = feed(first, sender.take_output())
+    assert [e.seq for e in events if isinstance(e, Message)] == [1, 2, 3]
+    # 1 and 2 were answered, but only 1's acknowledgement reached the sender
+    sender.receive(first.answer(1, STATUS_QUEUED))
+    first.answer(2, STATUS_REFUSED)
+    # the connection broke; the sender starts a new one and repeats 2 and 3
+    second = StreamReceiver(table, PEER, max_message_size=100)
+    events = feed(second, sender.start_connection())
+    assert events == [Hello(1), Answered(2, STATUS_REFUSED), Message(3, b"c")]
+
+
+def test_another_session_or_peer_starts_afresh() -> None:
+    table = SessionTable()
+    for peer, session in ((PEER, 1), (PEER, 2), (b"\1" * 32, 1)):
+        sender = StreamSender(session_id=session)
+        receiver = StreamReceiver(table, peer, max_message_size=100)
+        sender.submit(b"x")
+        events = feed(receiver, sender.start_connection())
+        assert events[1] == Message(1, b"x")
+        receiver.answer(1, STATUS_QUEUED)
+
+
+def test_session_memory_is_bounded() -> None:
+    table = SessionTable(capacity=2)
+    table.record(PEER, 1).remember(5, STATUS_QUEUED)
+    table.record(PEER, 2)
+    table.record(PEER, 3)
+    assert table.record(PEER, 1).answered_upto == 0
+
+
+def test_an_oversize_message_is_refused_unread_and_the_stream_goes_on() -> None:
+    sender = StreamSender(session_id=3)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=4)
+    sender.submit(b"x" * 10)
+    sender.submit(b"ok")
+    events = feed_bytewise(receiver, sender.start_connection())
+    assert events == [Hello(3), Answered(1, STATUS_TOO_LARGE), Message(2, b"ok")]
+
+
+@pytest.mark.parametrize("data", [b"AXLX\x01" + bytes(8), b"AXLS\x02" + bytes(8)])
+def test_a_wrong_hello_is_refused(data: bytes) -> None:
+    with pytest.raises(StreamError):
+        StreamReceiver(SessionTable(), PEER, 100).feed(data)
+
+
+def test_a_bad_frame_type_is_refused() -> None:
+    sender = StreamSender(session_id=1)
+    receiver = StreamReceiver(SessionTable(), PEER, 100)
+    with pytest.raises(StreamError):
+        feed(receiver, sender.start_connection() + b"\x07" + bytes(12))
+
+
+def test_an_ack_for_nothing_outstanding_is_refused() -> None:
+    sender = StreamSender(session_id=1)
+    sender.submit(b"x")
+    with pytest.raises(StreamError):
+        sender.receive(encode_ack(2, STATUS_QUEUED))
+    with pytest.raises(StreamError):
+        StreamSender(session_id=1).receive(encode_ack(1, 299))
+
+
+def test_the_window_always_admits_one_message_and_counts_bytes() -> None:
+    sender = StreamSender(session_id=1, window_bytes=10)
+    assert sender.has_room(1000)
+    sender.submit(b"x" * 1000)
+    assert not sender.has_room(1)
+    sender.receive(encode_ack(1, STATUS_QUEUED))
+    assert sender.unacked_bytes == 0 and sender.has_room(10)

@@ -1,0 +1,119 @@
+"""Message streams between two NodeCores on a virtual clock: one connection
+for many messages, the fallback toward a node without streams, and a stream
+broken mid-way that loses nothing acknowledged and delivers nothing twice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from test_node_core import SETTINGS, Pair
+
+from axl.errors import DeliveryTimeout, ReceiverFull
+from axl.node.messages import Acknowledged, InboundMessage, SendFailed
+
+NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
+
+
+def stream_connections(pair: Pair, index: int) -> list:
+    return [conn for conn in pair.cores[index].stack.connections
+            if SETTINGS.stream_port in (conn.local_port, conn.remote_port)]
+
+
+def answer_all(pair: Pair, accepted: bool = True) -> list[bytes]:
+    """Answer inbound messages as they come (one at a time per stream) until none is left."""
+    payloads = []
+    while True:
+        pair.run(0.05)
+        inbound = pair.take(1, InboundMessage)
+        if not inbound:
+            return payloads
+        for event in inbound:
+            payloads.append(event.payload)
+            pair.cores[1].answer_inbound(event.handle, accepted, None, pair.now)
+
+
+def test_many_messages_share_one_connection_in_order():
+    pair = Pair()
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], b"m%d" % i, pair.now) for i in range(40)]
+    pair.run(0.2)
+    assert len(stream_connections(pair, 0)) == 1
+    assert answer_all(pair) == [b"m%d" % i for i in range(40)]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == handles
+    assert len(stream_connections(pair, 0)) == 1
+    assert pair.take(0, SendFailed) == []
+
+
+def test_refusals_come_back_per_message_on_the_stream():
+    pair = Pair()
+    pair.run(3.0)
+    first = pair.cores[0].send_message(pair.keys[1], b"refused", pair.now)
+    second = pair.cores[0].send_message(pair.keys[1], b"taken", pair.now)
+    pair.run(0.5)
+    [inbound] = pair.take(1, InboundMessage)
+    pair.cores[1].answer_inbound(inbound.handle, False, None, pair.now)
+    assert answer_all(pair) == [b"taken"]
+    [failed] = pair.take(0, SendFailed)
+    assert failed.handle == first and isinstance(failed.error, ReceiverFull)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [second]
+
+
+def test_a_receiver_without_streams_gets_one_connection_per_message():
+    pair = Pair((SETTINGS, NO_STREAMS))
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], b"go %d" % i, pair.now) for i in range(3)]
+    assert sorted(answer_all(pair)) == [b"go 0", b"go 1", b"go 2"]
+    pair.run(1.0)
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == handles
+    assert not pair.cores[0].messages.streams.usable(pair.keys[1], pair.now)
+    # remembered: the next message goes straight to port tcp_port
+    pair.cores[0].send_message(pair.keys[1], b"later", pair.now)
+    pair.run(0.1)
+    assert stream_connections(pair, 0) == []
+    assert answer_all(pair) == [b"later"]
+
+
+def test_a_sender_without_streams_is_served_as_before():
+    pair = Pair((NO_STREAMS, SETTINGS))
+    pair.run(3.0)
+    handle = pair.cores[0].send_message(pair.keys[1], b"plain", pair.now)
+    assert answer_all(pair) == [b"plain"]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [handle]
+    assert stream_connections(pair, 1) == []
+
+
+def test_a_broken_stream_repeats_the_unacknowledged_and_delivers_nothing_twice():
+    pair = Pair()
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], b"n%d" % i, pair.now) for i in range(3)]
+    pair.run(0.5)
+    [first] = pair.take(1, InboundMessage)
+    pair.cores[1].answer_inbound(first.handle, True, None, pair.now)
+    pair.run(0.5)
+    [second] = pair.take(1, InboundMessage)
+    assert second.payload == b"n1"
+    # the connection breaks while the application holds n1; its answer comes after
+    [conn] = stream_connections(pair, 1)
+    conn.abort()
+    pair.cores[1].answer_inbound(second.handle, True, None, pair.now)
+    assert answer_all(pair) == [b"n2"]
+    pair.run(1.0)
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == handles
+    assert pair.take(0, SendFailed) == []
+
+
+def test_a_stream_that_cannot_be_reopened_reports_504():
+    pair = Pair()
+    pair.run(3.0)
+    handle = pair.cores[0].send_message(pair.keys[1], b"lost?", pair.now)
+    pair.run(0.5)
+    pair.take(1, InboundMessage)
+    pair.cores[1].link_down(1, pair.now)
+    pair.cores[0].link_down(1, pair.now)
+    [conn] = stream_connections(pair, 0)
+    conn.abort()
+    pair.run(SETTINGS.lookup_timeout + 1)
+    [failed] = pair.take(0, SendFailed)
+    assert failed.handle == handle and isinstance(failed.error, DeliveryTimeout)
