@@ -71,7 +71,7 @@ class NodeCore:
         self.stack = TcpStack(identity.address, max_connections=max_connections,
                               config=TcpConfig(hold_until_consumed=True),
                               verify_checksums=False, rng=rng)
-        self.messages = MessageLayer(self.stack, settings)
+        self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._next_tick = now + TICK_INTERVAL

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -107,7 +108,8 @@ class _Inbound(_Stream):
 class MessageLayer:
     """Every message connection of one node: sends, requests and inbound ones."""
 
-    def __init__(self, stack: TcpStack, settings: MessageSettings) -> None:
+    def __init__(self, stack: TcpStack, settings: MessageSettings,
+                 rng: random.Random | None = None) -> None:
         self.stack = stack
         self.settings = settings
         self._handles = itertools.count(1)
@@ -119,7 +121,8 @@ class MessageLayer:
         # overlay address -> the full key its packets were last proven to come from
         self._senders: OrderedDict[bytes, bytes] = OrderedDict()
         stack.listen(settings.port)
-        self.streams = MessageStreams(stack, settings, self._handles, self._events, self._fallback)
+        self.streams = MessageStreams(stack, settings, self._handles, self._events, self._fallback,
+                                      rng or random.SystemRandom())
 
     # -- application side -----------------------------------------------
 

@@ -19,7 +19,7 @@ Like `MessageLayer`, this holds no clock and no task: time comes with each call.
 from __future__ import annotations
 
 import logging
-import os
+import random
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -109,13 +109,14 @@ class MessageStreams:
     """Every message stream of one node, both directions."""
 
     def __init__(self, stack: TcpStack, settings: "MessageSettings", handles: Iterator[int],
-                 events: deque[MessageEvent], fallback: Fallback) -> None:
+                 events: deque[MessageEvent], fallback: Fallback, rng: random.Random) -> None:
         self.stack = stack
         self.settings = settings
         self.enabled = settings.streams
         self._handles = handles
         self._events = events
         self._fallback = fallback
+        self._rng = rng
         self._links: dict[bytes, _Link] = {}
         self._by_conn: dict[TcpConnection, _Link | _Inbound] = {}
         self._answers: dict[int, _Inbound] = {}
@@ -143,7 +144,7 @@ class MessageStreams:
     def send(self, dest: bytes, payload: bytes, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
-            link = self._links[dest] = _Link(dest, StreamSender(int.from_bytes(os.urandom(8), "big")))
+            link = self._links[dest] = _Link(dest, StreamSender(self._rng.getrandbits(64)))
         if link.conn is None:
             self._connect(link, now)
         handle = next(self._handles)
