@@ -21,7 +21,7 @@ def test_quick_bench_reports_every_figure(tmp_path):
     figures = json.loads(out.read_text())["loops"]["asyncio"]
     missing = [key for key in FIGURE_KEYS if key not in figures or math.isnan(figures[key])]
     assert missing == []
-    assert figures["small_lost"] == 0
+    assert figures["small_lost"] == 0 and figures["ws_lost"] == 0
     assert figures["unknown_peer_status"] == 502
     assert figures["bulk1_mbps"] > 0 and figures["raw_tls_mbps"] > 0
     assert "ratio to raw TLS" in run.stdout and "asyncio" in run.stdout

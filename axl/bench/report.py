@@ -41,6 +41,8 @@ ROWS: list[Row] = [
     Row("small_failed", "  refused (non-200 /send)", "{:.0f}"),
     Row("latency_p50_ms", "  latency send->recv p50, ms", "{:.2f}", "<= 2", "5.2"),
     Row("latency_p99_ms", "  latency send->recv p99, ms", "{:.2f}", "", "10"),
+    Row("ws_msgs_per_s", "1 KiB messages over /ws, one socket, acks/s", "{:.0f}"),
+    Row("ws_lost", "  lost (acknowledged, never delivered)", "{:.0f}", "0"),
     Row("idle_rss_mb", "idle node RSS, MB", "{:.1f}", "<= 40", "13"),
     Row("relay_peak_rss_mb", "relay peak RSS during bulk, MB", "{:.1f}"),
     Row("relay_growth_mib", "  growth over idle, MiB", "{:.1f}", "<= 16"),

@@ -31,6 +31,7 @@ SEND_HEADER = "X-Destination-Peer-Id"
 RECV_WAIT = 1.0
 DRAIN_SECONDS = 10.0
 WARMUP_TIMEOUT = 60.0
+WS_DEADLINE = 300.0
 BASELINE_TRIES = 3
 """Baselines are ceilings: the best of a few runs, so that a moment of load
 from elsewhere on the machine does not flatter the node's ratios."""
@@ -76,6 +77,7 @@ class LoopBench:
                 self._idle_memory()
                 await self._bulk()
                 await self._small_messages()
+                await self._ws_messages()
                 await self._unknown_peer()
             finally:
                 for node in self.nodes:
@@ -205,6 +207,55 @@ class LoopBench:
             latency_p50_ms=percentile(latencies, 0.50),
             latency_p99_ms=percentile(latencies, 0.99),
         )
+
+    # -- the streaming bridge ------------------------------------------------
+
+    async def _ws_messages(self) -> None:
+        """1 KiB messages n0 -> n1 over /ws: one sending socket (rate of 200 acks,
+        sent one after another since all go to one destination) and one
+        receiving socket on n1 that marks each delivery done."""
+        source, dest = self.nodes[0], self.nodes[1]
+        count = self.sizes.small_count
+        frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
+        async with self.http.ws_connect(f"{dest.url}/ws?recv=1&window=1024") as inbound, \
+                self.http.ws_connect(f"{source.url}/ws") as outbound:
+            delivered: set[int] = set()
+            receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered))
+            start = time.perf_counter()
+            writing = asyncio.create_task(self._ws_write(outbound, frame, count))
+            acked = await asyncio.wait_for(self._ws_acks(outbound, count), WS_DEADLINE)
+            elapsed = time.perf_counter() - start
+            await writing
+            await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
+            receiving.cancel()
+        self.figures["ws_msgs_per_s"] = acked / elapsed
+        self.figures["ws_lost"] = float(acked - len(delivered))
+
+    @staticmethod
+    async def _ws_write(ws: aiohttp.ClientWebSocketResponse, frame: bytes, count: int) -> None:
+        for _ in range(count):
+            await ws.send_bytes(frame)
+
+    @staticmethod
+    async def _ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int) -> int:
+        """How many of `count` acks said 200."""
+        ok = 0
+        for _ in range(count):
+            message = await ws.receive()
+            if message.type != aiohttp.WSMsgType.TEXT:
+                raise RuntimeError(f"/ws sender got {message.type.name} instead of an ack")
+            ok += json.loads(message.data)["status"] == 200
+        return ok
+
+    @staticmethod
+    async def _ws_receive(ws: aiohttp.ClientWebSocketResponse, count: int, delivered: set[int]) -> None:
+        while len(delivered) < count:
+            message = await ws.receive()
+            if message.type != aiohttp.WSMsgType.BINARY:
+                return
+            message_id = int.from_bytes(message.data[:8], "big")
+            delivered.add(message_id)
+            await ws.send_str(json.dumps({"done": message_id}))
 
     # -- unknown destination -----------------------------------------------
 
