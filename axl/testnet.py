@@ -22,7 +22,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,19 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from axl.harness import LOOPBACK, NoFreePort, free_port, port_bindable
 from axl.identity import NodeIdentity
 
 log = logging.getLogger("axl.testnet")
 
 SHAPES = ("line", "star", "ring", "random")
-LOOPBACK = "127.0.0.1"
 TESTNET_LINKS = ("tls", "tcp", "quic", "ws", "unix")
 # Link types that need a TCP port of their own besides the tls one.
 TCP_LINKS = ("tcp", "ws")
 STOP_GRACE_SECONDS = 5.0
 POLL_INTERVAL_SECONDS = 0.2
 HTTP_TIMEOUT_SECONDS = 2.0
-PORT_SEARCH_FLOOR = 20000
 LOCK_NAME = "testnet.lock"
 
 
@@ -97,48 +95,6 @@ def _random_edges(n: int, degree: int, rng: random.Random) -> list[tuple[int, in
             degrees[a] += 1
             degrees[b] += 1
     return sorted(edges)
-
-
-def ephemeral_port_floor() -> int:
-    """Lowest port the OS hands out for outgoing connections (Linux; IANA's 49152 elsewhere)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 49152
-
-
-def free_port(taken: set[int], rng: random.Random) -> int:
-    """A loopback TCP port that is bindable now, not in ``taken``, and below the ephemeral range.
-
-    Ports the OS picked (bind to 0) lie in the ephemeral range, where the
-    nodes' own outgoing connections may grab one before the node that should
-    listen there has started; ports below that range do not move under us.
-    """
-    ceiling = ephemeral_port_floor()
-    floor = min(PORT_SEARCH_FLOOR, ceiling - 1000)
-    for _ in range(1000):
-        port = rng.randrange(floor, ceiling)
-        if port in taken or not port_bindable(port):
-            continue
-        taken.add(port)
-        return port
-    raise TestnetError(f"no free loopback port found in {floor}-{ceiling}")
-
-
-def port_bindable(port: int, reuse_address: bool = False) -> bool:
-    """Whether a listener could bind ``port`` on loopback now.
-
-    ``reuse_address`` probes the way the node's own listeners bind, so that
-    connections of a testnet that just stopped (TIME_WAIT) do not count.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        if reuse_address:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
 
 
 class FolderLock:
@@ -336,15 +292,13 @@ class Testnet:
 
     def _plan_nodes(self, n: int, base_port: int) -> list[TestnetNode]:
         nodes = []
-        taken: set[int] = set()
-        rng = random.Random()
         for index in range(n):
-            api_port = base_port + index if base_port else free_port(taken, rng)
-            listen_port = base_port + n + index if base_port else free_port(taken, rng)
+            api_port = base_port + index if base_port else free_port()
+            listen_port = base_port + n + index if base_port else free_port()
             dial = [a for a, b in self.edges if b == index]
             schemes = {self.edge_scheme(k) for k, (a, _) in enumerate(self.edges) if a == index}
             ports = {scheme: (base_port + (2 + TCP_LINKS.index(scheme)) * n + index if base_port
-                              else free_port(taken, rng))
+                              else free_port())
                      for scheme in schemes if scheme in TCP_LINKS}
             nodes.append(
                 TestnetNode(
@@ -663,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         testnet = Testnet(args.nodes, args.shape, args.dir, degree=args.degree, seed=args.seed,
                           base_port=args.base_port, log_level=args.log_level, json_path=args.json,
                           links=args.links.split(","))
-    except (ValueError, TestnetError) as error:
+    except (ValueError, TestnetError, NoFreePort) as error:
         print(f"axl-testnet: {error}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)

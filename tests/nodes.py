@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from axl.harness import free_port
 
 
 # Every process started here, so that a test failing before its own clean-up
@@ -23,12 +24,6 @@ STARTED: list["NodeProcess"] = []
 def stop_leftovers() -> None:
     for node in STARTED:
         node.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -30,6 +29,7 @@ from mcp.server.mcpserver import MCPServer
 
 from axl.adapters import AgentBridgeSettings, DispatchSettings, InboundDispatcher, add_agent_routes
 from axl.adapters.a2a_server import RouterClient, create_app
+from axl.harness import free_port
 from axl.adapters.mcp_router import McpRouter
 from axl.errors import DeliveryTimeout, PeerUnreachable
 
@@ -48,12 +48,6 @@ MODES = {
     "stateless-sse": dict(stateless_http=True, json_response=False),
     "stateless-json": dict(stateless_http=True, json_response=True),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class _Server(uvicorn.Server):

@@ -27,14 +27,12 @@ from pathlib import Path
 import pytest
 
 from axl.identity import NodeIdentity
+from axl.harness import LOOPBACK, ephemeral_port_floor, free_port
 from axl.testnet import (
-    LOOPBACK,
     Testnet,
     TestnetError,
     TreeView,
     convergence_problems,
-    ephemeral_port_floor,
-    free_port,
     main,
     parse_topology,
     shape_edges,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,11 @@ from pathlib import Path
 
 import aiohttp
 
+from axl.harness import LOOPBACK, free_port
 from axl.identity import NodeIdentity
 
-LOOPBACK = "127.0.0.1"
 POLL_INTERVAL = 0.02
 START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 def child_env(loop: str) -> dict[str, str]:

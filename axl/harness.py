@@ -1,0 +1,70 @@
+"""What every process harness shares: loopback ports for the nodes it starts.
+
+The local testnet (``axl.testnet``), the benchmarks (``axl.bench``) and the
+end-to-end tests all start real ``axl-node`` processes on loopback, and all
+need ports that are free now and stay free until the node binds them. One
+implementation serves them all.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+PORT_SEARCH_FLOOR = 20000
+
+# Ports already handed out in this process, so that two calls never agree on
+# one port before either node has bound it.
+_HANDED_OUT: set[int] = set()
+_RNG = random.Random()
+
+
+class NoFreePort(RuntimeError):
+    """No bindable loopback port was found; the text gives the range searched."""
+
+
+def ephemeral_port_floor() -> int:
+    """Lowest port the OS hands out for outgoing connections (Linux; IANA's 49152 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def free_port(taken: set[int] | None = None, rng: random.Random | None = None) -> int:
+    """A loopback TCP port that is bindable now, not in ``taken``, and below the ephemeral range.
+
+    Ports the OS picked (bind to 0) lie in the ephemeral range, where the
+    nodes' own outgoing connections may grab one before the node that should
+    listen there has started; ports below that range do not move under us.
+    Without ``taken``, every port this process was given before is avoided.
+    """
+    taken = _HANDED_OUT if taken is None else taken
+    rng = rng or _RNG
+    ceiling = ephemeral_port_floor()
+    floor = min(PORT_SEARCH_FLOOR, ceiling - 1000)
+    for _ in range(1000):
+        port = rng.randrange(floor, ceiling)
+        if port in taken or not port_bindable(port):
+            continue
+        taken.add(port)
+        return port
+    raise NoFreePort(f"no free loopback port found in {floor}-{ceiling}")
+
+
+def port_bindable(port: int, reuse_address: bool = False) -> bool:
+    """Whether a listener could bind ``port`` on loopback now.
+
+    ``reuse_address`` probes the way the node's own listeners bind, so that
+    connections of a node that just stopped (TIME_WAIT) do not count.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
