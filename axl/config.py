@@ -164,6 +164,23 @@ def _edit_distance(a: str, b: str) -> int:
     return previous[len(b)]
 
 
+def _known_names(bridge: dict[str, tuple[str, type]]) -> list[str]:
+    return [*_OVERLAY_FIELDS, *bridge, *IGNORED_YGGDRASIL_KEYS]
+
+
+def _canonical_name(name: str, bridge: dict[str, tuple[str, type]]) -> str:
+    """The known field ``name`` spells in another case, as Go's encoding/json reads it.
+
+    Go matches JSON keys to fields case-insensitively, so a Go config with
+    "peers" does set Peers there; it must here too.
+    """
+    for known in _known_names(bridge):
+        if name != known and name.lower() == known.lower():
+            log.warning('config: "%s" read as "%s" (field names match in any case, as in Go)', name, known)
+            return known
+    return name
+
+
 def _refuse_near_miss(name: str, bridge: dict[str, tuple[str, type]]) -> None:
     """An unknown key that is almost a known one is a typo, not a Go setting we skip.
 
@@ -171,9 +188,8 @@ def _refuse_near_miss(name: str, bridge: dict[str, tuple[str, type]]) -> None:
     are accepted; but "Peer" for "Peers" or "api_prot" for "api_port" would
     otherwise leave a node silently without peers or on the default port.
     """
-    known = [*_OVERLAY_FIELDS, *bridge, *IGNORED_YGGDRASIL_KEYS]
     limit = 1 if len(name) <= 5 else 2
-    distance, closest = min((_edit_distance(name.lower(), key.lower()), key) for key in known)
+    distance, closest = min((_edit_distance(name.lower(), key.lower()), key) for key in _known_names(bridge))
     if distance <= limit:
         raise ConfigError(f'unknown field "{name}" — did you mean "{closest}"?')
 
@@ -208,7 +224,8 @@ def config_from_dict(raw: dict) -> NodeConfig:
         raise ConfigError("config: the top level must be a JSON object")
     config = NodeConfig()
     bridge = _bridge_fields()
-    for name, value in raw.items():
+    for raw_name, value in raw.items():
+        name = _canonical_name(raw_name, bridge)
         if name in _OVERLAY_FIELDS:
             attr, kind = _OVERLAY_FIELDS[name]
         elif name in bridge:

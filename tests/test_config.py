@@ -48,18 +48,24 @@ def test_unknown_field_warns(caplog):
 
 @pytest.mark.parametrize("typo, meant", [
     ("Peer", "Peers"),
-    ("peers", "Peers"),
+    ("PEER", "Peers"),
     ("api_prot", "api_port"),
-    ("API_PORT", "api_port"),
+    ("Api_Prot", "api_port"),
     ("Listn", "Listen"),
     ("PrivateKeyPth", "PrivateKeyPath"),
     ("max_mesage_size", "max_message_size"),
-    ("ifname", "IfName"),
+    ("IfNam", "IfName"),
 ])
 def test_near_miss_of_a_known_field_is_an_error_with_a_hint(typo, meant):
     with pytest.raises(ConfigError) as caught:
         config_from_dict({typo: 1})
     assert str(caught.value) == f'unknown field "{typo}" \u2014 did you mean "{meant}"?'
+
+
+def test_field_names_in_another_case_are_read_as_go_reads_them(caplog):
+    config = config_from_dict({"peers": ["tls://127.0.0.1:1"], "API_PORT": 9100, "ifname": "none"})
+    assert config.peers == ["tls://127.0.0.1:1"] and config.api_port == 9100
+    assert '"peers" read as "Peers"' in caplog.text
 
 
 @pytest.mark.parametrize("extra", ["surprise", "Metrics", "log_format", "peer_timeout_secs", "Pe"])
