@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from axl.identity import NodeIdentity, bloom_transform, verify
-from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
-from axl.routing.bloom import BloomFilter, key_mask, matches_mask
+from axl.routing.actions import Action, DeliverTraffic, SendFrame, SendTraffic
+from axl.routing.bloom import BloomFilter, key_mask
 from axl.routing.frames import (
     MAX_WATERMARK,
     TYPE_ANNOUNCE,
@@ -45,26 +45,19 @@ from axl.routing.frames import (
     SigReq,
     SigRes,
     Traffic,
-    notify_info_bytes,
     sig_bytes,
 )
+from axl.routing.pathfinder import Pathfinder
 from axl.wire import MAX_FRAME, DecodeError, encode_frame
 
 ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
-PATH_TIMEOUT = 60.0
-PATH_THROTTLE = 1.0
 BLOOM_RESEND_TICKS = 3600
 UNKNOWN_LAG_NS = (1 << 32) - 1
 # A well-behaved peer only gossips its own ancestry and ours (tens of
 # entries). Keys first learned from one peer beyond this are dropped, so a
 # peer minting signed infos for fresh keys cannot grow our table without bound.
 MAX_INFOS_PER_PEER = 1024
-# Rumors are made only by local sends and lookups; this bounds a runaway
-# local sender that targets ever new destinations.
-MAX_RUMORS = 4096
-# Lookups re-sent for a rumor still holding a packet (see _retry_waiting_rumors).
-RUMOR_RETRIES = 5
 # Lookups accepted from one peer: a bucket of LOOKUP_BURST refilled at
 # LOOKUP_RATE a second. Each lookup is re-multicast, so a flooding peer would
 # otherwise turn its bandwidth into work and traffic for the whole tree.
@@ -140,31 +133,12 @@ class _Peer:
         return min(self.links.values(), key=lambda link: link.priority)
 
 
-@dataclass
-class _PathInfo:
-    path: list[int]
-    seq: int
-    req_time: float
-    expires: float
-    broken: bool = False
-    cached: Traffic | None = None
-
-
-@dataclass
-class _Rumor:
-    send_time: float
-    expires: float
-    cached: Traffic | None = None
-    retries: int = 0
-
-
 class Router:
     """One node's routing state. Drive it with add_link/remove_link/handle_frame/tick/send."""
 
     def __init__(self, identity: NodeIdentity, *, now: float, rng: random.Random | None = None,
                  wall_clock: Callable[[], float] | None = None):
         self.identity = identity
-        self._wall_clock = wall_clock
         self.key = identity.public_key
         self._xform = bloom_transform(self.key)
         self._xform_mask = key_mask(self._xform)
@@ -184,13 +158,9 @@ class Router:
         self._refresh = False
         self._do_root1 = False
         self._do_root2 = False
-        self._paths: dict[bytes, _PathInfo] = {}
-        self._rumors: dict[bytes, _Rumor] = {}
         self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
         self.oversized_dropped = 0  # frames we built over MAX_FRAME
-        self._notify_seq = 0
-        self._notify_path: list[int] = []
-        self._notify_sig = identity.sign(notify_info_bytes(0, []))
+        self._pathfinder = Pathfinder(self, wall_clock)
         self._become_root()
 
     # ------------------------------------------------------------------ entry points
@@ -249,7 +219,7 @@ class Router:
         """The 1-second maintenance, in ironwood's order."""
         self._now = now
         self._expire_infos()
-        self._expire_paths()
+        self._pathfinder.expire()
         if now - self._info_times.get(self.key, now) >= ROUTER_REFRESH:
             self._refresh = True
         self._do_root2 = self._do_root2 or self._do_root1
@@ -257,20 +227,20 @@ class Router:
         self._send_announces()
         self._fix_on_tree()
         self._send_all_blooms()
-        self._retry_waiting_rumors()
+        self._pathfinder.retry_waiting_rumors()
         return self._flush()
 
     def send(self, dest_key: bytes, payload: bytes, now: float) -> list[Action]:
         """Local traffic to a full key: routed if a path is known, else looked up and buffered."""
         self._now = now
         traffic = Traffic([], [], self.key, dest_key, MAX_WATERMARK, payload)
-        self._send_local_traffic(traffic)
+        self._pathfinder.send_local_traffic(traffic)
         return self._flush()
 
     def lookup(self, partial_key: bytes, now: float) -> list[Action]:
         """Look up whoever owns xform(partial_key) (the IPv6 layer's SendLookup)."""
         self._now = now
-        self._rumor_send_lookup(partial_key)
+        self._pathfinder.rumor_send_lookup(partial_key)
         return self._flush()
 
     # ------------------------------------------------------------------ queries
@@ -321,10 +291,10 @@ class Router:
 
     def known_paths(self) -> dict[bytes, list[int]]:
         """Destinations with a path from a notify, and their coordinates."""
-        return {key: list(info.path) for key, info in self._paths.items()}
+        return self._pathfinder.known_paths()
 
     def rumor_count(self) -> int:
-        return len(self._rumors)
+        return len(self._pathfinder.rumors)
 
     def is_on_tree(self, key: bytes) -> bool:
         peer = self._peers.get(key)
@@ -428,13 +398,13 @@ class Router:
         if not peer.take_lookup_token(self._now):
             self.lookups_dropped += 1
             return
-        self._handle_lookup(link.key, lookup)
+        self._pathfinder.handle_lookup(link.key, lookup)
 
     def _on_notify(self, link: _Link, body: bytes) -> None:
-        self._handle_notify(PathNotify.decode(body))
+        self._pathfinder.handle_notify(PathNotify.decode(body))
 
     def _on_broken(self, link: _Link, body: bytes) -> None:
-        self._handle_broken(PathBroken.decode(body))
+        self._pathfinder.handle_broken(PathBroken.decode(body))
 
     def _on_traffic(self, link: _Link, body: bytes) -> None:
         self._route_traffic(Traffic.decode(body))
@@ -680,139 +650,11 @@ class Router:
             forwarded = replace(traffic, watermark=watermark)
             self._send_queued(link, TYPE_TRAFFIC, forwarded.encode(), traffic.dest, traffic.source)
         elif traffic.dest == self.key:
-            self._reset_path_timeout(traffic.source)
+            self._pathfinder.reset_timeout(traffic.source)
             self._out.append(DeliverTraffic(traffic.source, traffic.payload))
         else:
             broken = PathBroken(list(traffic.from_path), MAX_WATERMARK, traffic.source, traffic.dest)
-            self._handle_broken(broken)
-
-    # ------------------------------------------------------------------ pathfinder
-
-    def _handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
-        """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""
-        xdest = bloom_transform(lookup.dest)
-        mask = key_mask(xdest)
-        body = lookup.encode()
-        for peer in self._peers.values():
-            if peer.on_tree and peer.key != from_key and matches_mask(peer.bloom_recv, mask):
-                self._send_queued(peer.best_link(), TYPE_PATH_LOOKUP, body, lookup.dest, lookup.source)
-        if xdest != self._xform:
-            return
-        seq = int(self._wall_clock() if self._wall_clock is not None else self._now)
-        path = self.coords()
-        if (seq, path) != (self._notify_seq, self._notify_path):
-            self._notify_seq, self._notify_path = seq, path
-            self._notify_sig = self.identity.sign(notify_info_bytes(seq, path))
-        notify = PathNotify(
-            list(lookup.from_path), MAX_WATERMARK, self.key, lookup.source,
-            self._notify_seq, list(self._notify_path), self._notify_sig,
-        )
-        self._handle_notify(notify)
-
-    def _handle_notify(self, notify: PathNotify) -> None:
-        link, watermark = self._next_hop(notify.path, notify.watermark)
-        if link is not None:
-            body = replace(notify, watermark=watermark).encode()
-            self._send_queued(link, TYPE_PATH_NOTIFY, body, notify.dest, notify.source)
-            return
-        if notify.dest != self.key:
-            return
-        info = self._paths.get(notify.source)
-        if info is not None:
-            if notify.info_seq <= info.seq or notify.info_path == info.path or not notify.check():
-                return
-            info.expires = self._now + PATH_TIMEOUT
-        else:
-            rumor = self._rumors.get(bloom_transform(notify.source))
-            if rumor is None or not notify.check():
-                return
-            info = _PathInfo([], 0, self._now, self._now + PATH_TIMEOUT)
-            if rumor.cached is not None and rumor.cached.dest == notify.source:
-                info.cached, rumor.cached = rumor.cached, None
-            self._paths[notify.source] = info
-        info.path = list(notify.info_path)
-        info.seq = notify.info_seq
-        info.broken = False
-        self._out.append(PathFound(notify.source))
-        if info.cached is not None:
-            cached, info.cached = info.cached, None
-            self._send_local_traffic(cached)
-
-    def _handle_broken(self, broken: PathBroken) -> None:
-        link, watermark = self._next_hop(broken.path, broken.watermark)
-        if link is not None:
-            body = replace(broken, watermark=watermark).encode()
-            self._send_queued(link, TYPE_PATH_BROKEN, body, broken.dest, broken.source)
-            return
-        if broken.source != self.key:
-            return
-        info = self._paths.get(broken.dest)
-        if info is not None:
-            info.broken = True
-            self._send_lookup(broken.dest)
-
-    def _send_local_traffic(self, traffic: Traffic) -> None:
-        info = self._paths.get(traffic.dest)
-        if info is not None:
-            stamped = replace(traffic, path=list(info.path), from_path=self.coords())
-            info.cached = stamped
-            self._route_traffic(stamped)
-            return
-        self._rumor_send_lookup(traffic.dest)
-        rumor = self._rumors.get(bloom_transform(traffic.dest))
-        if rumor is not None:
-            rumor.cached = traffic
-
-    def _rumor_send_lookup(self, dest: bytes) -> None:
-        """Throttled per xform(dest): at most one lookup a second while no path exists."""
-        xform = bloom_transform(dest)
-        rumor = self._rumors.get(xform)
-        if rumor is not None:
-            if self._now - rumor.send_time < PATH_THROTTLE:
-                return
-            rumor.send_time = self._now
-            rumor.expires = self._now + PATH_TIMEOUT
-        elif len(self._rumors) >= MAX_RUMORS:
-            return
-        else:
-            self._rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)
-        self._send_lookup(dest)
-
-    def _retry_waiting_rumors(self) -> None:
-        """Re-send the lookup of a rumor that still holds a packet, 1, 2, 4, 8 and 16 s apart.
-
-        Go sends a rumor's lookup only when more traffic for it is written. A
-        lookup sent before the bloom filters have spread (just after peerings
-        come up) is then lost for good if nothing else follows; the classic
-        case is a session Ack, because the peer's session layer ignores the
-        Init retransmissions that would otherwise re-trigger it. The retries
-        respect the same 1 s throttle, so peers see ordinary lookups.
-        """
-        for rumor in list(self._rumors.values()):
-            if rumor.cached is None or rumor.retries >= RUMOR_RETRIES:
-                continue
-            if self._now - rumor.send_time >= PATH_THROTTLE * (1 << rumor.retries):
-                rumor.retries += 1
-                rumor.send_time = self._now
-                self._send_lookup(rumor.cached.dest)
-
-    def _send_lookup(self, dest: bytes) -> None:
-        """Throttled only against the path's creation time, as Go does (so PathBroken re-looks up)."""
-        info = self._paths.get(dest)
-        if info is not None and self._now - info.req_time < PATH_THROTTLE:
-            return
-        self._handle_lookup(self.key, PathLookup(self.key, dest, self.coords()))
-
-    def _reset_path_timeout(self, key: bytes) -> None:
-        info = self._paths.get(key)
-        if info is not None and not info.broken:
-            info.expires = self._now + PATH_TIMEOUT
-
-    def _expire_paths(self) -> None:
-        for table in (self._paths, self._rumors):
-            for key in [key for key, entry in table.items() if entry.expires <= self._now]:
-                del table[key]
-
+            self._pathfinder.handle_broken(broken)
 
 def tree_distance(a: list[int], b: list[int]) -> int:
     """Hops between two coordinates through their deepest common ancestor."""

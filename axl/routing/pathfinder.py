@@ -1,0 +1,211 @@
+"""ironwood's pathfinder, sans-IO: lookups, notifies, broken-path reports
+and the source routes they find (ironwood's pathfinder.go).
+
+A node that sends to a key without a path sends a PathLookup along the tree
+where the peers' blooms match the key's transform (a *rumor*, throttled to
+one a second, holding the last packet for that key); the owner answers with
+a signed PathNotify carrying its coordinates, which becomes our path to it.
+A relay that cannot forward traffic sends PathBroken back, and the source
+looks up again.
+
+As in ironwood, the pathfinder is part of the router: it reads the router's
+peers, blooms, coordinates and clock, and forwards through its greedy next
+hop and output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from axl.identity import bloom_transform
+from axl.routing.actions import PathFound
+from axl.routing.bloom import key_mask, matches_mask
+from axl.routing.frames import (
+    MAX_WATERMARK,
+    TYPE_PATH_BROKEN,
+    TYPE_PATH_LOOKUP,
+    TYPE_PATH_NOTIFY,
+    PathBroken,
+    PathLookup,
+    PathNotify,
+    Traffic,
+    notify_info_bytes,
+)
+
+if TYPE_CHECKING:
+    from axl.routing.router import Router
+
+PATH_TIMEOUT = 60.0
+PATH_THROTTLE = 1.0
+# Rumors are made only by local sends and lookups; this bounds a runaway
+# local sender that targets ever new destinations.
+MAX_RUMORS = 4096
+# Lookups re-sent for a rumor still holding a packet (see retry_waiting_rumors).
+RUMOR_RETRIES = 5
+
+
+@dataclass
+class _PathInfo:
+    path: list[int]
+    seq: int
+    req_time: float
+    expires: float
+    broken: bool = False
+    cached: Traffic | None = None
+
+
+@dataclass
+class _Rumor:
+    send_time: float
+    expires: float
+    cached: Traffic | None = None
+    retries: int = 0
+
+
+
+class Pathfinder:
+    """Paths to remote keys (from notifies) and rumors (lookups in flight)."""
+
+    def __init__(self, router: Router, wall_clock: Callable[[], float] | None) -> None:
+        self.router = router
+        self._wall_clock = wall_clock
+        self.paths: dict[bytes, _PathInfo] = {}
+        self.rumors: dict[bytes, _Rumor] = {}
+        self._notify_seq = 0
+        self._notify_path: list[int] = []
+        self._notify_sig = router.identity.sign(notify_info_bytes(0, []))
+
+    @property
+    def _now(self) -> float:
+        return self.router._now
+
+    def known_paths(self) -> dict[bytes, list[int]]:
+        """Destinations with a path from a notify, and their coordinates."""
+        return {key: list(info.path) for key, info in self.paths.items()}
+
+    def handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
+        """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""
+        xdest = bloom_transform(lookup.dest)
+        mask = key_mask(xdest)
+        body = lookup.encode()
+        for peer in self.router._peers.values():
+            if peer.on_tree and peer.key != from_key and matches_mask(peer.bloom_recv, mask):
+                self.router._send_queued(peer.best_link(), TYPE_PATH_LOOKUP, body, lookup.dest, lookup.source)
+        if xdest != self.router._xform:
+            return
+        seq = int(self._wall_clock() if self._wall_clock is not None else self._now)
+        path = self.router.coords()
+        if (seq, path) != (self._notify_seq, self._notify_path):
+            self._notify_seq, self._notify_path = seq, path
+            self._notify_sig = self.router.identity.sign(notify_info_bytes(seq, path))
+        notify = PathNotify(
+            list(lookup.from_path), MAX_WATERMARK, self.router.key, lookup.source,
+            self._notify_seq, list(self._notify_path), self._notify_sig,
+        )
+        self.handle_notify(notify)
+
+    def handle_notify(self, notify: PathNotify) -> None:
+        link, watermark = self.router._next_hop(notify.path, notify.watermark)
+        if link is not None:
+            body = replace(notify, watermark=watermark).encode()
+            self.router._send_queued(link, TYPE_PATH_NOTIFY, body, notify.dest, notify.source)
+            return
+        if notify.dest != self.router.key:
+            return
+        info = self.paths.get(notify.source)
+        if info is not None:
+            if notify.info_seq <= info.seq or notify.info_path == info.path or not notify.check():
+                return
+            info.expires = self._now + PATH_TIMEOUT
+        else:
+            rumor = self.rumors.get(bloom_transform(notify.source))
+            if rumor is None or not notify.check():
+                return
+            info = _PathInfo([], 0, self._now, self._now + PATH_TIMEOUT)
+            if rumor.cached is not None and rumor.cached.dest == notify.source:
+                info.cached, rumor.cached = rumor.cached, None
+            self.paths[notify.source] = info
+        info.path = list(notify.info_path)
+        info.seq = notify.info_seq
+        info.broken = False
+        self.router._out.append(PathFound(notify.source))
+        if info.cached is not None:
+            cached, info.cached = info.cached, None
+            self.send_local_traffic(cached)
+
+    def handle_broken(self, broken: PathBroken) -> None:
+        link, watermark = self.router._next_hop(broken.path, broken.watermark)
+        if link is not None:
+            body = replace(broken, watermark=watermark).encode()
+            self.router._send_queued(link, TYPE_PATH_BROKEN, body, broken.dest, broken.source)
+            return
+        if broken.source != self.router.key:
+            return
+        info = self.paths.get(broken.dest)
+        if info is not None:
+            info.broken = True
+            self._send_lookup(broken.dest)
+
+    def send_local_traffic(self, traffic: Traffic) -> None:
+        info = self.paths.get(traffic.dest)
+        if info is not None:
+            stamped = replace(traffic, path=list(info.path), from_path=self.router.coords())
+            info.cached = stamped
+            self.router._route_traffic(stamped)
+            return
+        self.rumor_send_lookup(traffic.dest)
+        rumor = self.rumors.get(bloom_transform(traffic.dest))
+        if rumor is not None:
+            rumor.cached = traffic
+
+    def rumor_send_lookup(self, dest: bytes) -> None:
+        """Throttled per xform(dest): at most one lookup a second while no path exists."""
+        xform = bloom_transform(dest)
+        rumor = self.rumors.get(xform)
+        if rumor is not None:
+            if self._now - rumor.send_time < PATH_THROTTLE:
+                return
+            rumor.send_time = self._now
+            rumor.expires = self._now + PATH_TIMEOUT
+        elif len(self.rumors) >= MAX_RUMORS:
+            return
+        else:
+            self.rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)
+        self._send_lookup(dest)
+
+    def retry_waiting_rumors(self) -> None:
+        """Re-send the lookup of a rumor that still holds a packet, 1, 2, 4, 8 and 16 s apart.
+
+        Go sends a rumor's lookup only when more traffic for it is written. A
+        lookup sent before the bloom filters have spread (just after peerings
+        come up) is then lost for good if nothing else follows; the classic
+        case is a session Ack, because the peer's session layer ignores the
+        Init retransmissions that would otherwise re-trigger it. The retries
+        respect the same 1 s throttle, so peers see ordinary lookups.
+        """
+        for rumor in list(self.rumors.values()):
+            if rumor.cached is None or rumor.retries >= RUMOR_RETRIES:
+                continue
+            if self._now - rumor.send_time >= PATH_THROTTLE * (1 << rumor.retries):
+                rumor.retries += 1
+                rumor.send_time = self._now
+                self._send_lookup(rumor.cached.dest)
+
+    def _send_lookup(self, dest: bytes) -> None:
+        """Throttled only against the path's creation time, as Go does (so PathBroken re-looks up)."""
+        info = self.paths.get(dest)
+        if info is not None and self._now - info.req_time < PATH_THROTTLE:
+            return
+        self.handle_lookup(self.router.key, PathLookup(self.router.key, dest, self.router.coords()))
+
+    def reset_timeout(self, key: bytes) -> None:
+        info = self.paths.get(key)
+        if info is not None and not info.broken:
+            info.expires = self._now + PATH_TIMEOUT
+
+    def expire(self) -> None:
+        for table in (self.paths, self.rumors):
+            for key in [key for key, entry in table.items() if entry.expires <= self._now]:
+                del table[key]
