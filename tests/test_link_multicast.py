@@ -58,3 +58,30 @@ def test_config_rules() -> None:
         config_from_dict({"MulticastInterfaces": [{"Priority": "high"}]})
     with pytest.raises(ConfigError, match="Port must be"):
         config_from_dict({"MulticastInterfaces": [{"Port": 70000}]})
+
+
+async def test_discovery_survives_an_unexpected_error_in_one_tick(monkeypatch, caplog) -> None:
+    """Only the loop is exercised: no socket is opened and nothing is sent."""
+    import asyncio
+    import logging
+
+    from axl.link.multicast import Discovery
+
+    discovery = Discovery(NodeIdentity.generate(), [], manager=None)
+    ticks = []
+    again = asyncio.Event()
+
+    async def refresh(_interfaces) -> None:
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise RuntimeError("unexpected failure in one tick")
+        again.set()
+
+    monkeypatch.setattr(discovery, "_refresh", refresh)
+    with caplog.at_level(logging.ERROR, logger="axl.multicast"):
+        task = asyncio.ensure_future(discovery._run())
+        try:
+            await asyncio.wait_for(again.wait(), 10)
+        finally:
+            task.cancel()
+    assert "unexpected failure in one tick" in caplog.text

@@ -16,6 +16,8 @@ import logging
 from collections import deque
 from typing import Any, Protocol
 
+from axl.tasks import start_task
+
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 log = logging.getLogger("axl.link")
@@ -46,7 +48,7 @@ class StreamTransport(asyncio.Transport):
         self._closing = False
         self._lost = False
         self._paused = False
-        self._writer = self._loop.create_task(self._write_loop())
+        self._writer = start_task(self._write_loop(), log, "link stream writer")
         protocol.connection_made(self)
 
     # --- what the carrier calls ------------------------------------------------

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from axl.link.uri import PeerURI
+from axl.tasks import start_task
 
 if TYPE_CHECKING:
     from axl.identity import NodeIdentity
@@ -174,7 +175,7 @@ class Discovery:
         loop = asyncio.get_running_loop()
         self._transport, _ = await loop.create_datagram_endpoint(  # type: ignore[assignment]
             lambda: _BeaconProtocol(self), sock=sock)
-        self._task = loop.create_task(self._run())
+        self._task = start_task(self._run(), log, "multicast discovery")
         log.info("multicast discovery on %s:%d", GROUP, PORT)
 
     async def stop(self) -> None:
@@ -198,6 +199,9 @@ class Discovery:
                 self._send_due(loop.time())
             except OSError as exc:
                 log.warning("multicast: %s", exc)
+            except Exception:
+                # One bad tick must not end discovery for the life of the node.
+                log.exception("multicast: discovery tick failed")
             await asyncio.sleep(TICK + self.rng.uniform(0, TICK_JITTER))
 
     def _rule_for(self, name: str) -> MulticastRule | None:
@@ -264,6 +268,6 @@ class Discovery:
         if key in self._dialing:
             return
         log.debug("multicast: beacon from %s on %s", beacon.key.hex()[:16], name)
-        task = asyncio.get_running_loop().create_task(self.manager.dial_discovered(uri))
+        task = start_task(self.manager.dial_discovered(uri), log, f"dialing discovered {uri}")
         self._dialing[key] = task
         task.add_done_callback(lambda _: self._dialing.pop(key, None))

@@ -22,6 +22,7 @@ from axl.link.adapter import StreamTransport
 from axl.link.connection import LinkSettings
 from axl.link.contexts import client_tls
 from axl.link.uri import PeerURI
+from axl.tasks import start_task
 
 SUBPROTOCOL = "ygg-ws"
 POLICY_VIOLATION = 1008
@@ -108,7 +109,7 @@ async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -
     protocol = factory()
     transport = StreamTransport(_WebSocketCarrier(ws, session), protocol,
                                 {"peername": (uri.host, uri.port)})
-    asyncio.get_running_loop().create_task(_pump(ws, transport))
+    start_task(_pump(ws, transport), log, f"websocket link to {uri}")
     return protocol
 
 

@@ -23,6 +23,7 @@ from axl.observe.logring import MAX_LINES, LogRing
 from axl.observe.metrics import HttpStats, build_registry
 from axl.observe.series import SAMPLE_INTERVAL, SeriesRing
 from axl.observe.view import ObservedNode
+from axl.tasks import start_task
 
 log = logging.getLogger("axl.observe")
 
@@ -57,7 +58,7 @@ class Observatory:
         self._loop = asyncio.get_running_loop()
         logging.getLogger("axl").addHandler(self.logs)
         self.node.stats.listeners.append(self.events.publish)
-        self._sampler = asyncio.create_task(self._sample_forever())
+        self._sampler = start_task(self._sample_forever(), log, "dashboard sampler")
 
     async def shutdown(self, _app: web.Application) -> None:
         self.events.close()
