@@ -1,19 +1,4 @@
-"""Chaos, soak and API-fuzz drivers for a local network of real nodes.
-
-The node promises that a message acknowledged by `/send` (HTTP 200) is in the
-destination's queue, exactly once and in order, whatever happens to the
-relays and links on the way. These drivers check that promise the only
-convincing way: real processes on loopback, relays killed with SIGKILL and
-restarted, links cut by TCP proxies placed in every peering, while senders
-stream numbered messages; then every acknowledged number is looked for.
-
-    python -m axl.chaos chaos --duration 300      # long chaos run (make chaos)
-    python -m axl.chaos soak --duration 600       # RSS and fds over time (make soak)
-    python -m axl.chaos fuzz-api --max-time 300   # schemathesis on a live bridge (make fuzz-api)
-
-Only loopback is used. `proxy` holds the link proxies and manglers, `mesh`
-the chaos run, `soak` the soak run, `fuzzapi` the schemathesis run.
-"""
+"""`python -m axl.chaos chaos|soak|fuzz-api`: see the package's docstring."""
 
 from __future__ import annotations
 
@@ -23,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import axl.chaos
 from axl.chaos.fuzzapi import run_fuzz_api
 from axl.chaos.mesh import run_chaos
 from axl.chaos.soak import run_soak
@@ -33,7 +19,7 @@ def _work_dir(given: str | None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m axl.chaos", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m axl.chaos", description=axl.chaos.__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     chaos = sub.add_parser("chaos", help="kill relays and cut links under load; check zero loss")
     chaos.add_argument("--duration", type=float, default=300.0)
