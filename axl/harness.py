@@ -1,19 +1,29 @@
-"""What every process harness shares: loopback ports for the nodes it starts.
+"""What every process harness shares: loopback ports, and starting and stopping nodes.
 
 The local testnet (``axl.testnet``), the benchmarks (``axl.bench``) and the
-end-to-end tests all start real ``axl-node`` processes on loopback, and all
-need ports that are free now and stay free until the node binds them. One
-implementation serves them all.
+end-to-end tests all start real ``axl-node`` processes on loopback. They
+need ports that are free now and stay free until the node binds them, a
+child whose output goes to its own log, and a stop that cannot hang. One
+implementation serves them all; each harness keeps only what it adds
+(convergence checks, timings, request helpers).
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import signal
 import socket
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+log = logging.getLogger("axl.harness")
 
 LOOPBACK = "127.0.0.1"
 PORT_SEARCH_FLOOR = 20000
+STOP_GRACE_SECONDS = 5.0
 
 # Ports already handed out in this process, so that two calls never agree on
 # one port before either node has bound it.
@@ -68,3 +78,41 @@ def port_bindable(port: int, reuse_address: bool = False) -> bool:
         except OSError:
             return False
     return True
+
+
+def default_node_command() -> list[str]:
+    """This interpreter running axl-node: the code the harness itself imported (PYTHONPATH included)."""
+    return [sys.executable, "-m", "axl.cli"]
+
+
+def spawn_node(config_path: Path, log_path: Path, *, command: Sequence[str] | None = None,
+               args: Sequence[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start one node for ``config_path``; its stdout and stderr are appended to ``log_path``.
+
+    The child runs in its own session, so a Ctrl-C meant for the harness
+    does not reach it: the harness stops its nodes itself, in order.
+    """
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            [*(command or default_node_command()), "--config", str(config_path), *args],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            cwd=config_path.parent, env=env, start_new_session=True,
+        )
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+                 grace: float = STOP_GRACE_SECONDS) -> int | None:
+    """Signal a child and reap it; SIGKILL after ``grace`` seconds.
+
+    Returns its exit code, or None when it had to be killed.
+    """
+    if process.poll() is not None:
+        return process.returncode
+    process.send_signal(sig)
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        log.warning("pid %d ignored signal %d for %.0f s; killing it", process.pid, sig, grace)
+        process.kill()
+        process.wait()
+        return None

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from axl.harness import LOOPBACK, NoFreePort, free_port, port_bindable
+from axl.harness import (
+    LOOPBACK,
+    NoFreePort,
+    default_node_command,
+    free_port,
+    port_bindable,
+    spawn_node,
+    stop_process,
+)
 from axl.identity import NodeIdentity
 
 log = logging.getLogger("axl.testnet")
@@ -41,7 +48,6 @@ SHAPES = ("line", "star", "ring", "random")
 TESTNET_LINKS = ("tls", "tcp", "quic", "ws", "unix")
 # Link types that need a TCP port of their own besides the tls one.
 TCP_LINKS = ("tcp", "ws")
-STOP_GRACE_SECONDS = 5.0
 POLL_INTERVAL_SECONDS = 0.2
 HTTP_TIMEOUT_SECONDS = 2.0
 LOCK_NAME = "testnet.lock"
@@ -133,17 +139,6 @@ class FolderLock:
             self._handle = None
 
 
-def default_node_command() -> list[str]:
-    """The axl-node console script installed beside this interpreter, if any."""
-    script = Path(sys.executable).parent / "axl-node"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("axl-node")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from axl.cli import main; sys.exit(main())"]
-
-
 @dataclass
 class TestnetNode:
     """One node of the testnet: where to reach it and how it was started."""
@@ -159,7 +154,6 @@ class TestnetNode:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     link_ports: dict[str, int] = field(default_factory=dict)
-    _log_file: Any = field(default=None, repr=False)
 
     @property
     def peer_id(self) -> str:
@@ -349,14 +343,8 @@ class Testnet:
         node = self.nodes[index]
         if node.running:
             return
-        node._log_file = open(node.log_path, "ab")
-        node.process = subprocess.Popen(
-            [*self.node_command, "--config", str(node.config_path), "--log-level", self.log_level],
-            stdin=subprocess.DEVNULL,
-            stdout=node._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        node.process = spawn_node(node.config_path, node.log_path, command=self.node_command,
+                                  args=["--log-level", self.log_level])
 
     def start(self) -> None:
         """Claim the folder, write configs and start every node (does not wait for convergence).
@@ -392,18 +380,8 @@ class Testnet:
         node = self.nodes[index]
         if node.process is None:
             return
-        if node.process.poll() is None:
-            node.process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-            try:
-                node.process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                log.warning("node %d ignored SIGTERM for %.0fs; killing it", index, STOP_GRACE_SECONDS)
-                node.process.kill()
-                node.process.wait()
+        stop_process(node.process, signal.SIGKILL if hard else signal.SIGTERM)
         node.process = None
-        if node._log_file:
-            node._log_file.close()
-            node._log_file = None
 
     def restart(self, index: int) -> None:
         """Stop node ``index`` if running and start it again with the same key and ports."""
@@ -545,11 +523,7 @@ class PrefixedRun:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for process in self.processes:
-            try:
-                process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
 
 def run_configs(paths: list[str]) -> int:

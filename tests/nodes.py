@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from axl.harness import free_port
+from axl.harness import free_port, spawn_node, stop_process
 
 
 # Every process started here, so that a test failing before its own clean-up
@@ -46,11 +46,7 @@ class NodeProcess:
         return f"tls://127.0.0.1:{self.listen_port}"
 
     def start(self, timeout: float = 15.0) -> "NodeProcess":
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "axl.cli", "--config", str(self.config_path), *self.extra_args],
-            stdout=log, stderr=log, cwd=self.config_path.parent,
-        )
+        self.process = spawn_node(self.config_path, self.log_path, args=self.extra_args)
         STARTED.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -64,15 +60,7 @@ class NodeProcess:
         raise RuntimeError(f"{self.name} bridge did not answer: {self.log_path.read_text()[-2000:]}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return None
+        return None if self.process is None else stop_process(self.process, sig, timeout)
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)

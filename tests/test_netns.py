@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from axl.harness import stop_process
 from axl.identity import NodeIdentity
 
 PREFIX = f"axl{os.getpid() % 100000}"
@@ -111,13 +112,8 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 def stop_nodes(nodes) -> None:
     for node in nodes:
-        if node.process is not None and node.process.poll() is None:
-            node.process.terminate()
-            try:
-                node.process.wait(5)
-            except subprocess.TimeoutExpired:
-                node.process.kill()
-                node.process.wait()
+        if node.process is not None:
+            stop_process(node.process)
 
 
 @pytest.fixture

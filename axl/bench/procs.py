@@ -11,14 +11,13 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
-from axl.harness import LOOPBACK, free_port
+from axl.harness import LOOPBACK, free_port, spawn_node, stop_process
 from axl.identity import NodeIdentity
 
 POLL_INTERVAL = 0.02
@@ -90,12 +89,9 @@ class BenchNode:
 
     def spawn(self) -> None:
         config_path = self.write_config()
-        log = open(self.workdir / f"{self.name}.log", "ab")
         self.started_at = time.monotonic()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "axl.cli", "--config", str(config_path), "--log-level", "warning"],
-            stdout=log, stderr=log, env=child_env(self.loop), cwd=self.workdir)
-        log.close()
+        self.process = spawn_node(config_path, self.workdir / f"{self.name}.log",
+                                  args=["--log-level", "warning"], env=child_env(self.loop))
 
     def log_tail(self) -> str:
         path = self.workdir / f"{self.name}.log"
@@ -131,14 +127,8 @@ class BenchNode:
         raise RuntimeError(f"{self.name}: peerings did not come up: {self.log_tail()}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            stop_process(self.process)
 
 
 class RssSampler:
