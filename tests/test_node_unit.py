@@ -1,8 +1,12 @@
-"""The node core's action pump, without processes or sockets."""
+"""The node core's action pump and the node's life cycle, without processes."""
 
+import asyncio
 import logging
 
+import pytest
+
 from axl.config import NodeConfig
+from axl.errors import DeliveryError
 from axl.identity import NodeIdentity
 from axl.node import Node
 from axl.packets import DeliverPacket
@@ -29,3 +33,14 @@ async def test_topology_of_a_lone_node_shows_itself_as_root():
     assert topology["peers"] == []
     assert topology["tree"] == [{"public_key": node.identity.peer_id, "parent": "", "sequence": 1}]
     assert topology["our_ipv6"].startswith("2")
+
+
+async def test_stopping_the_node_fails_a_send_still_in_flight():
+    node = Node(NodeConfig(), NodeIdentity.generate())
+    await node.start()
+    pending = asyncio.ensure_future(node.send(NodeIdentity.generate().public_key, b"never routed"))
+    await asyncio.sleep(0)
+    assert not pending.done()  # no route: it would wait for the 10 s lookup timeout
+    await node.stop()
+    with pytest.raises(DeliveryError, match="stopping"):
+        await asyncio.wait_for(pending, 1.0)

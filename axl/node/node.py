@@ -16,6 +16,7 @@ import time
 from typing import Protocol
 
 from axl.config import ConfigError, NodeConfig
+from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.multicast import Discovery
@@ -270,6 +271,11 @@ class Node:
     async def stop(self) -> None:
         self.core.abort_all(time.monotonic())
         self._drain()
+        # Aborted messages report nothing more: their callers hear it here.
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(DeliveryError("the node is stopping"))
+        self._waiting.clear()
         self._started = False
         if self._timer is not None:
             self._timer.cancel()
