@@ -90,8 +90,11 @@ def spawn_node(config_path: Path, log_path: Path, *, command: Sequence[str] | No
     """Start one node for ``config_path``; its stdout and stderr are appended to ``log_path``.
 
     The child runs in its own session, so a Ctrl-C meant for the harness
-    does not reach it: the harness stops its nodes itself, in order.
+    does not reach it: the harness stops its nodes itself, in order. It
+    runs in the config's folder (relative key paths resolve as they would
+    for a person starting it there), so the config path is made absolute.
     """
+    config_path = config_path.resolve()
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             [*(command or default_node_command()), "--config", str(config_path), *args],

@@ -283,6 +283,12 @@ def test_a_taken_fixed_port_is_refused_before_any_file_is_written(tmp_path):
     assert [path.name for path in (tmp_path / "net").iterdir()] == ["testnet.lock"]
 
 
+def test_a_testnet_in_a_relative_folder_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Testnet(2, "line", "relative", node_command=FAKE_NODE_COMMAND) as testnet:
+        assert testnet.wait_converged(timeout=30)
+
+
 def test_a_new_testnet_starts_with_empty_logs(tmp_path):
     (tmp_path / "node-0.log").write_text("a line from an older testnet\n")
     with Testnet(1, "line", tmp_path, node_command=FAKE_NODE_COMMAND) as testnet:
