@@ -128,10 +128,12 @@ class _Flow:
 class StreamingSession:
     """One /ws connection: its numbered sends and, with a window, its deliveries."""
 
-    def __init__(self, node: "BridgeNode", ws: web.WebSocketResponse, window: int | None) -> None:
+    def __init__(self, node: "BridgeNode", ws: web.WebSocketResponse, window: int | None,
+                 gone: asyncio.Event) -> None:
         self.node = node
         self.ws = ws
         self.window = window
+        self.gone = gone
         self._frames = 0
         self._queues: dict[bytes, deque[tuple[int, bytes]]] = {}
         self._senders: set[asyncio.Task] = set()
@@ -152,24 +154,33 @@ class StreamingSession:
             self._give_back_undone()
 
     async def finish_sends(self) -> None:
-        """After the client left: finish the sends under way, drop the frames not yet started.
-
-        Their acks could not reach the client any more, so it must treat
-        them as unsent either way; dropping them bounds what a departed
-        client costs (a full window to an unreachable node would otherwise
-        keep the node busy for minutes).
-        """
-        for queue in self._queues.values():
-            while len(queue) > 1:
-                queue.pop()
+        """After the client left: finish the sends under way, drop the frames not yet started."""
+        self._drop_unstarted()
         if self._senders:
             await asyncio.wait(self._senders)
+
+    def _drop_unstarted(self) -> None:
+        """Forget the queued frames that no send has started.
+
+        Their acks could not reach a departed client, so it must treat them
+        as unsent either way; dropping them bounds what it costs (a full
+        window to an unreachable node would otherwise keep the node busy for
+        minutes).
+        """
+        for queue in self._queues.values():
+            while queue:
+                self._flow.remove(len(queue.pop()[1]))
 
     # -- reading the client ------------------------------------------------
 
     async def _read_client(self) -> None:
         while not self.ws.closed:
-            await self._flow.room.wait()
+            if not self._flow.room.is_set():
+                # Not reading is the back-pressure; a client that leaves meanwhile
+                # is still noticed, so its queued frames are dropped at once.
+                await _first_of(self._flow.room, self.gone)
+                if self.gone.is_set():
+                    return
             message = await self.ws.receive()
             try:
                 if message.type == WSMsgType.BINARY:
@@ -203,11 +214,14 @@ class StreamingSession:
         queue.append((number, payload))
 
     async def _send_in_order(self, dest: bytes, queue: deque[tuple[int, bytes]]) -> None:
-        """Send one destination's frames one after another; ends when its queue is empty."""
+        """Send one destination's frames one after another; ends when its queue is empty.
+
+        A frame leaves the queue when its send starts, so the queue holds only
+        frames not yet started (what `_drop_unstarted` may forget).
+        """
         while queue:
-            number, payload = queue[0]
+            number, payload = queue.popleft()
             status, error = await self._send_one(dest, payload)
-            queue.popleft()
             self._flow.remove(len(payload))
             await self._ack(number, status, error)
         del self._queues[dest]
@@ -227,7 +241,11 @@ class StreamingSession:
         try:
             await self.ws.send_str(ack_text(number, status, error))
         except (ConnectionError, ClientConnectionError):
+            # While reading is paused the client's close goes unseen; a failed
+            # write is then how its departure shows.
             log.info("/ws client left before ack %d (status %d)", number, status)
+            self.gone.set()
+            self._drop_unstarted()
 
     def _accept_done(self, text: str) -> None:
         if not self.window:
@@ -266,6 +284,16 @@ class StreamingSession:
             log.info("/ws receiver left: %d undone messages back at the front of the queue", len(undone))
 
 
+async def _first_of(*events: asyncio.Event) -> None:
+    """Wait until one of `events` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 async def handle_ws(request: web.Request) -> web.StreamResponse:
     node: BridgeNode = request.app["node"]
     slot: ReceiverSlot = request.app["receiver"]
@@ -283,9 +311,11 @@ async def handle_ws(request: web.Request) -> web.StreamResponse:
     # its close completes finds both.
     ws = web.WebSocketResponse(max_msg_size=KEY_SIZE + node.max_message_size + OVERSIZE_SLACK,
                                autoclose=False)
+    # None: the client has already gone, and prepare() below fails.
+    gone = request.app["clients"].gone(request) or asyncio.Event()
     if receiving:
         slot.holder = ws
-    session = StreamingSession(node, ws, window)
+    session = StreamingSession(node, ws, window, gone)
     try:
         await ws.prepare(request)
         await session.run()
