@@ -62,13 +62,15 @@ def test_a_reconnected_session_is_not_delivered_twice() -> None:
         sender.submit(payload)
     events = feed(first, sender.take_output())
     assert [e.seq for e in events if isinstance(e, Message)] == [1, 2, 3]
-    # 1 and 2 were answered, but only 1's acknowledgement reached the sender
+    # all three were answered, but only 1's acknowledgement reached the sender
     sender.receive(first.answer(1, STATUS_QUEUED))
     first.answer(2, STATUS_REFUSED)
-    # the connection broke; the sender starts a new one and repeats 2 and 3
+    first.answer(3, STATUS_QUEUED)
+    # the connection broke; the sender starts a new one, repeats 2 and 3, then sends 4
     second = StreamReceiver(table, PEER, max_message_size=100)
+    sender.submit(b"d")
     events = feed(second, sender.start_connection())
-    assert events == [Hello(1), Answered(2, STATUS_REFUSED), Message(3, b"c")]
+    assert events == [Hello(1), Answered(2, STATUS_REFUSED), Answered(3, STATUS_QUEUED), Message(4, b"d")]
 
 
 def test_another_session_or_peer_starts_afresh() -> None:
@@ -87,7 +89,7 @@ def test_session_memory_is_bounded() -> None:
     table.record(PEER, 1).remember(5, STATUS_QUEUED)
     table.record(PEER, 2)
     table.record(PEER, 3)
-    assert table.record(PEER, 1).answered_upto == 0
+    assert table.record(PEER, 1).answers is None
 
 
 def test_an_oversize_message_is_refused_unread_and_the_stream_goes_on() -> None:

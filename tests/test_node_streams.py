@@ -51,9 +51,11 @@ def test_refusals_come_back_per_message_on_the_stream():
     first = pair.cores[0].send_message(pair.keys[1], b"refused", pair.now)
     second = pair.cores[0].send_message(pair.keys[1], b"taken", pair.now)
     pair.run(0.5)
-    [inbound] = pair.take(1, InboundMessage)
-    pair.cores[1].answer_inbound(inbound.handle, False, None, pair.now)
-    assert answer_all(pair) == [b"taken"]
+    refused, taken = pair.take(1, InboundMessage)
+    assert (refused.payload, taken.payload) == (b"refused", b"taken")
+    pair.cores[1].answer_inbound(refused.handle, False, None, pair.now)
+    pair.cores[1].answer_inbound(taken.handle, True, None, pair.now)
+    pair.run(1.0)
     [failed] = pair.take(0, SendFailed)
     assert failed.handle == first and isinstance(failed.error, ReceiverFull)
     assert [event.handle for event in pair.take(0, Acknowledged)] == [second]
@@ -89,19 +91,26 @@ def test_a_broken_stream_repeats_the_unacknowledged_and_delivers_nothing_twice()
     pair.run(3.0)
     handles = [pair.cores[0].send_message(pair.keys[1], b"n%d" % i, pair.now) for i in range(3)]
     pair.run(0.5)
-    [first] = pair.take(1, InboundMessage)
-    pair.cores[1].answer_inbound(first.handle, True, None, pair.now)
+    inbound = pair.take(1, InboundMessage)
+    assert [event.payload for event in inbound] == [b"n0", b"n1", b"n2"]
+    pair.cores[1].answer_inbound(inbound[0].handle, True, None, pair.now)
     pair.run(0.5)
-    [second] = pair.take(1, InboundMessage)
-    assert second.payload == b"n1"
-    # the connection breaks while the application holds n1; its answer comes after
+    # the connection breaks while the application holds n1 and n2; the sender
+    # reopens and repeats them; their answers come only after that
     [conn] = stream_connections(pair, 1)
     conn.abort()
-    pair.cores[1].answer_inbound(second.handle, True, None, pair.now)
-    assert answer_all(pair) == [b"n2"]
     pair.run(1.0)
-    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == handles
-    assert pair.take(0, SendFailed) == []
+    pair.cores[1].answer_inbound(inbound[1].handle, False, None, pair.now)
+    pair.cores[1].answer_inbound(inbound[2].handle, True, None, pair.now)
+    assert answer_all(pair) == []
+    pair.run(1.0)
+    # each repeat is answered with its first answer, once that exists
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == [handles[0], handles[2]]
+    [refused] = pair.take(0, SendFailed)
+    assert refused.handle == handles[1] and isinstance(refused.error, ReceiverFull)
+    # the session goes on: a new message is delivered once
+    pair.cores[0].send_message(pair.keys[1], b"n3", pair.now)
+    assert answer_all(pair) == [b"n3"]
 
 
 def test_a_stream_that_cannot_be_reopened_reports_504():

@@ -71,3 +71,12 @@ def test_timeout_collapses_the_window_to_one_segment():
     cc.start(MSS)
     cc.on_timeout(snd_una=0, snd_max=8 * MSS, mss=MSS, handshaking=False)
     assert cc.cwnd == MSS and cc.ssthresh == 4 * MSS and cc.retransmit_head
+
+
+def test_a_lost_syn_leaves_slow_start_unbounded():
+    cc = NewReno(iss=0, dupack_threshold=3)
+    cc.on_timeout(snd_una=0, snd_max=1, mss=MSS, handshaking=True)
+    cc.start(64 * MSS)
+    assert cc.ssthresh > 1 << 30
+    cc.on_new_ack(64 * MSS, snd_una=64 * MSS, snd_max=640 * MSS, mss=64 * MSS)
+    assert cc.cwnd == initial_window(64 * MSS) + 64 * MSS

@@ -98,10 +98,13 @@ class NodeCore:
 
     # -- the application ------------------------------------------------
 
-    def send_message(self, dest_key: bytes, payload: bytes, now: float) -> int:
-        """Start an acknowledged send; its outcome arrives as Acknowledged or SendFailed."""
+    def send_message(self, dest_key: bytes, payload: bytes, now: float, *, flush: bool = True) -> int:
+        """Start an acknowledged send; its outcome arrives as Acknowledged or SendFailed.
+        With `flush` false nothing leaves until `flush()` (or any other call):
+        sends and answers of one event-loop turn then share their segments."""
         handle = self.messages.send(dest_key, payload, now)
-        self.apply([], now)
+        if flush:
+            self.apply([], now)
         return handle
 
     def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
@@ -110,8 +113,14 @@ class NodeCore:
         self.apply([], now)
         return handle
 
-    def answer_inbound(self, handle: int, accepted: bool, reply: bytes | None, now: float) -> None:
+    def answer_inbound(self, handle: int, accepted: bool, reply: bytes | None, now: float, *,
+                       flush: bool = True) -> None:
         self.messages.answer_inbound(handle, accepted, reply, now)
+        if flush:
+            self.apply([], now)
+
+    def flush(self, now: float) -> None:
+        """Send what calls with `flush` false left waiting."""
         self.apply([], now)
 
     def next_event(self) -> MessageEvent | None:

@@ -15,9 +15,10 @@ Wire format (all integers big-endian):
 A session outlives its connections: when one breaks, the sender opens another
 with the same session id and sends every unacknowledged message again with
 its old sequence number. The receiver remembers, per session, the highest
-sequence number it answered and the recent answers, so a message delivered
-before the break is acknowledged again (with its first status) instead of
-being delivered twice.
+sequence number it handed to the application and the recent answers, so a
+message delivered before the break is acknowledged again (with its first
+status) instead of being delivered twice. (Its caller makes a new connection
+wait until the older one's messages are all answered.)
 """
 
 from __future__ import annotations
@@ -167,14 +168,14 @@ class StreamSender:
 class SessionRecord:
     """What a receiver remembers of one sender's session."""
 
-    answered_upto: int = 0
+    # the highest sequence number handed to the application (answered or not)
+    taken_upto: int = 0
     answers: OrderedDict[int, int] | None = None
 
     def remember(self, seq: int, status: int) -> None:
         if self.answers is None:
             self.answers = OrderedDict()
         self.answers[seq] = status
-        self.answered_upto = max(self.answered_upto, seq)
         while len(self.answers) > WINDOW_MESSAGES:
             self.answers.popitem(last=False)
 
@@ -252,9 +253,10 @@ class StreamReceiver:
                 break
             payload = bytes(buffer[offset + _MESSAGE.size:end])
             offset = end
-            if seq <= self.record.answered_upto:
+            if seq <= self.record.taken_upto:
                 events.append(Answered(seq, self.record.status_of(seq)))
             else:
+                self.record.taken_upto = seq
                 events.append(Message(seq, payload))
         del buffer[:offset]
         return events

@@ -81,6 +81,7 @@ class Node:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
         self._started = False
+        self._flush_pending = False
         self.discovery: Discovery | None = None
 
     # -- moving output out of the core ----------------------------------
@@ -163,7 +164,8 @@ class Node:
     # -- API for the bridge ----------------------------------------------
 
     async def send(self, dest_key: bytes, payload: bytes) -> None:
-        handle = self.core.send_message(dest_key, payload, time.monotonic())
+        handle = self.core.send_message(dest_key, payload, time.monotonic(), flush=False)
+        self._flush_soon()
         await self._outcome(handle)
 
     async def recv(self, wait: float) -> InboxMessage | None:
@@ -192,7 +194,20 @@ class Node:
             log.exception("inbound dispatch failed; refusing the message")
             verdict = False
         reply = verdict if isinstance(verdict, bytes) else None
-        self.core.answer_inbound(event.handle, verdict is not False, reply, time.monotonic())
+        self.core.answer_inbound(event.handle, verdict is not False, reply, time.monotonic(), flush=False)
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """One flush of the core per event-loop turn: the sends and answers
+        made meanwhile leave together (many small messages to one
+        destination, or their acknowledgements, in one segment)."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        self.core.flush(time.monotonic())
         self._drain()
 
     async def deliver_inbound(self, sender: bytes, message: bytes) -> bytes | None | bool:

@@ -92,7 +92,7 @@ class _Inbound:
     receiver: StreamReceiver
     queue: deque[Message | Answered] = field(default_factory=deque)
     session: tuple[bytes, int] | None = None
-    answering: tuple[int, int] | None = None  # (handle, seq)
+    in_flight: dict[int, int] = field(default_factory=dict)  # handle -> seq, with the application
     successor: _Inbound | None = None
     paused: bool = False
     stash: list[bytes] = field(default_factory=list)
@@ -348,7 +348,7 @@ class MessageStreams:
             return False
         if not older.ended:
             self._abort_inbound(older)
-        if older.answering is None:
+        if not older.in_flight:
             return False
         older.successor = stream
         stream.paused = True
@@ -360,8 +360,10 @@ class MessageStreams:
         self._feed(stream, b"".join(stash), now)
 
     def _advance(self, stream: _Inbound, now: float) -> None:
-        """Answer repeats at once; hand the next new message to the application."""
-        if stream.answering is not None or stream.paused or stream.ended:
+        """Answer repeats at once and hand every new message to the application
+        (in order, all together: their answers then leave in one write). The
+        bytes count as read, reopening TCP's window, once all are answered."""
+        if stream.paused or stream.ended:
             return
         receiver = stream.receiver
         while stream.queue:
@@ -370,9 +372,10 @@ class MessageStreams:
                 stream.out += receiver.answer(event.seq, event.status)
                 continue
             handle = next(self._handles)
-            stream.answering = (handle, event.seq)
+            stream.in_flight[handle] = event.seq
             self._answers[handle] = stream
             self._events.append(InboundMessage(handle, receiver.peer, event.payload))
+        if stream.in_flight:
             self._set_deadline(stream, None)
             return
         if stream.unconsumed:
@@ -392,19 +395,19 @@ class MessageStreams:
         stream = self._answers.pop(handle, None)
         if stream is None:
             return False
-        assert stream.answering is not None
-        seq = stream.answering[1]
-        stream.answering = None
+        seq = stream.in_flight.pop(handle)
         if not accepted:
             log.warning("receive queue full: refused a message from %s", stream.receiver.peer.hex()[:16])
         ack = stream.receiver.answer(seq, STATUS_QUEUED if accepted else STATUS_REFUSED)
         if stream.ended:
-            self._release_session(stream)
-            if stream.successor is not None:
-                self._resume(stream.successor, now)
+            if not stream.in_flight:
+                self._release_session(stream)
+                if stream.successor is not None:
+                    self._resume(stream.successor, now)
             return True
         stream.out += ack
-        self._advance(stream, now)
+        if not stream.in_flight:
+            self._advance(stream, now)
         return True
 
     def _inbound_ended(self, stream: _Inbound) -> None:
@@ -412,7 +415,7 @@ class MessageStreams:
         stream.queue.clear()
         stream.deadline = None
         self._by_conn.pop(stream.conn, None)
-        if stream.answering is None:
+        if not stream.in_flight:
             self._release_session(stream)
 
     def _release_session(self, stream: _Inbound) -> None:

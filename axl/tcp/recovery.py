@@ -128,7 +128,12 @@ class NewReno:
             self.retransmit_head = True
 
     def on_timeout(self, snd_una: int, snd_max: int, mss: int, handshaking: bool) -> None:
-        self.ssthresh = max((snd_max - snd_una) // 2, 2 * mss)
+        # A SYN lost while the overlay was still finding the path says nothing
+        # about the path's capacity: slow start must not end at 2 segments
+        # of the pre-handshake MSS for the whole life of a kept-open
+        # connection (RFC 5681 3.1 lowers only the initial window).
+        if not handshaking:
+            self.ssthresh = max((snd_max - snd_una) // 2, 2 * mss)
         self.cwnd = mss
         self.in_recovery = False
         self.recover = snd_max
