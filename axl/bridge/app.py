@@ -19,7 +19,6 @@ from axl.bridge.ws import ReceiverSlot, handle_ws
 from axl.errors import DeliveryError, status_for
 from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
-from axl.node.inbox import InboxMessage
 from axl.observe import add_observability
 from axl.observe.view import ObservedNode
 
@@ -28,6 +27,14 @@ log = logging.getLogger("axl.bridge")
 MAX_RECV_WAIT = 300.0
 DEST_HEADER = "X-Destination-Peer-Id"
 RECEIVER_ATTACHED = "a /ws?recv=1 connection is receiving this node's messages"
+
+
+class QueuedMessage(Protocol):
+    """A message from the node's receive queue; `id` stays the same if it is delivered again."""
+
+    id: int
+    sender: bytes
+    payload: bytes
 
 
 class BridgeNode(ObservedNode, Protocol):
@@ -40,9 +47,9 @@ class BridgeNode(ObservedNode, Protocol):
 
     async def send(self, dest_key: bytes, payload: bytes) -> None: ...
 
-    async def recv(self, wait: float) -> InboxMessage | None: ...
+    async def recv(self, wait: float) -> QueuedMessage | None: ...
 
-    def give_back(self, messages: list[InboxMessage]) -> None: ...
+    def give_back(self, messages: list[QueuedMessage]) -> None: ...
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
 
@@ -160,7 +167,7 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def take_for_client(request: web.Request, node: BridgeNode, wait: float) -> InboxMessage | None:
+async def take_for_client(request: web.Request, node: BridgeNode, wait: float) -> QueuedMessage | None:
     """Dequeue a message only while the client is still connected.
 
     Waits up to `wait` seconds for a message or for the client to leave,

@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING
 from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
 
 from axl.errors import DeliveryError, status_for
-from axl.node.inbox import InboxMessage
 from axl.tasks import start_task
 
 if TYPE_CHECKING:
-    from axl.bridge.app import BridgeNode
+    from axl.bridge.app import BridgeNode, QueuedMessage
 
 log = logging.getLogger("axl.bridge")
 
@@ -90,7 +89,7 @@ def parse_done(text: str) -> list[int]:
     return ids
 
 
-def delivery_frame(message: InboxMessage) -> bytes:
+def delivery_frame(message: QueuedMessage) -> bytes:
     return message.id.to_bytes(ID_SIZE, "big") + message.sender + message.payload
 
 
@@ -128,7 +127,7 @@ class _Flow:
 class StreamingSession:
     """One /ws connection: its numbered sends and, with a window, its deliveries."""
 
-    def __init__(self, node: "BridgeNode", ws: web.WebSocketResponse, window: int | None,
+    def __init__(self, node: BridgeNode, ws: web.WebSocketResponse, window: int | None,
                  gone: asyncio.Event) -> None:
         self.node = node
         self.ws = ws
@@ -138,7 +137,7 @@ class StreamingSession:
         self._queues: dict[bytes, deque[tuple[int, bytes]]] = {}
         self._senders: set[asyncio.Task] = set()
         self._flow = _Flow()
-        self._delivered: dict[int, InboxMessage] = {}
+        self._delivered: dict[int, QueuedMessage] = {}
         self._room_to_deliver = asyncio.Event()
         self._room_to_deliver.set()
 
