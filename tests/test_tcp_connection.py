@@ -73,9 +73,9 @@ def test_go_syn_is_answered_with_window_scale_but_no_sack_or_timestamps() -> Non
     assert conn.send_mss == 1220
 
 
-def _handshake(config: TcpConfig | None = None) -> tuple[TcpConnection, TcpConnection]:
+def _handshake(config: TcpConfig | None = None, server_iss: int = 0xFFFFFF00) -> tuple[TcpConnection, TcpConnection]:
     client = TcpConnection(50000, AXL, 7000, iss=1000, config=config)
-    server = TcpConnection(7000, PROBE, 50000, iss=0xFFFFFF00, config=config)
+    server = TcpConnection(7000, PROBE, 50000, iss=server_iss, config=config)
     client.open_active()
     [syn] = client.segments_to_send(0.0)
     server.open_passive(syn)
@@ -157,19 +157,35 @@ def test_backoff_is_forgotten_once_new_data_is_acknowledged() -> None:
     assert client.rto == pytest.approx(base) and client.get_timer() is None
 
 
+def _through_codec(segment: TcpSegment, src: bytes, dst: bytes) -> TcpSegment:
+    """What the peer reads: the segment encoded as an IPv6 packet and decoded again."""
+    return decode_packet(encode_packet(src, dst, segment)).segment
+
+
 def test_sequence_numbers_wrap_around_32_bits() -> None:
-    client, server = _handshake()
+    """The server's sequence space crosses 2^32 in the middle of a transfer of
+    full 1220-byte segments, every one of them (and every ACK) going through the
+    codec: on the wire a segment's seq falls below its predecessor's."""
     assert unwrap_seq(5, 0xFFFFFFF0) == 0x100000005
-    data = bytes(range(256)) * 4
-    server.send(data)
-    for segment in server.segments_to_send(1.0):
-        assert segment.seq < 1 << 32
-        client.receive_segment(segment, 1.1)
-    received = b"".join(e.data for e in _events(client) if isinstance(e, DataReceived))
+    client, server = _handshake(TcpConfig(mss=1220), server_iss=(1 << 32) - 3000)
+    data = bytes(range(256)) * 40
+    assert server.send(data) == len(data)
+    wire_seqs, received = [], b""
+    for step in range(20):
+        now = 1.0 + step / 10
+        for segment in server.segments_to_send(now):
+            wire = _through_codec(segment, AXL, PROBE)
+            wire_seqs.append(wire.seq)
+            client.receive_segment(wire, now)
+        received += b"".join(e.data for e in _events(client) if isinstance(e, DataReceived))
+        for segment in client.segments_to_send(now):
+            server.receive_segment(_through_codec(segment, PROBE, AXL), now)
+        if server.unacknowledged == 0:
+            break
     assert received == data
-    for segment in client.segments_to_send(1.1):
-        server.receive_segment(segment, 1.2)
     assert server.unacknowledged == 0
+    assert max(wire_seqs) < 1 << 32
+    assert any(later < earlier for earlier, later in zip(wire_seqs, wire_seqs[1:])), wire_seqs
 
 
 def test_abort_sends_rst_and_peer_sees_reset() -> None:
