@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install test test-all run run3 testnet bench bench-sim clean
+.PHONY: install test run run3 testnet bench bench-sim clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -32,9 +32,6 @@ $(BIN)/axl-node:
 	@echo "make: $(VENV) is missing or incomplete; run 'make install' first" >&2; exit 1
 
 test: $(BIN)/axl-node
-	$(PY) -m pytest -q -m "not slow"
-
-test-all: $(BIN)/axl-node
 	$(PY) -m pytest -q
 
 configs/keys/%.pem: | $(BIN)/axl-node
