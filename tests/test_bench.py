@@ -4,12 +4,17 @@ Figures are machine-dependent and are not asserted here, except that no
 acknowledged message may go missing and an unknown peer answers 502.
 """
 
+import asyncio
 import json
 import math
 import subprocess
 import sys
 
-from axl.bench.report import FIGURE_KEYS, render
+import pytest
+
+from axl.bench import scenarios
+from axl.bench.report import BEFORE_FILE, FIGURE_KEYS, EarlierRun, render
+from axl.bench.scenarios import BenchFailed, LoopBench, Sizes
 
 
 def test_quick_bench_reports_every_figure(tmp_path):
@@ -25,6 +30,35 @@ def test_quick_bench_reports_every_figure(tmp_path):
     assert figures["unknown_peer_status"] == 502
     assert figures["bulk1_mbps"] > 0 and figures["raw_tls_mbps"] > 0
     assert "ratio to raw TLS" in run.stdout and "asyncio" in run.stdout
+    assert "4937a85 asyncio" in run.stdout and "target" in run.stdout
+    written = json.loads(out.read_text())
+    assert written["source"].startswith("python -m axl.bench --quick at ")
+    assert EarlierRun.load(out, "asyncio").figures == figures
+
+
+def test_shipped_earlier_run_names_its_source_and_known_figures():
+    for loop in ("uvloop", "asyncio"):
+        earlier = EarlierRun.load(BEFORE_FILE, loop)
+        assert earlier.heading == f"4937a85 {loop}"
+        assert "4937a85" in earlier.source
+        assert set(earlier.figures) <= set(FIGURE_KEYS)
+
+
+def test_unreadable_earlier_run_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"loops": {}}')
+    run = subprocess.run(
+        [sys.executable, "-m", "axl.bench", "--quick", "--loop", "asyncio", "--before", str(bad)],
+        capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"axl.bench: {bad} is not a `python -m axl.bench --json` file with asyncio figures"
+
+
+def test_a_phase_that_never_ends_fails_the_bench(tmp_path, monkeypatch):
+    monkeypatch.setattr(scenarios, "PHASE_DEADLINE", 0.2)
+    bench = LoopBench("asyncio", Sizes.choose(True), tmp_path)
+    with pytest.raises(BenchFailed, match=r"^asyncio: small messages: no result after 0 s"):
+        asyncio.run(bench._phase("small messages", asyncio.sleep(30)))
 
 
 def test_table_marks_missing_figures_and_keeps_columns():
@@ -33,3 +67,13 @@ def test_table_marks_missing_figures_and_keeps_columns():
     cells = [cell.strip() for cell in bulk_line.strip("|").split("|")]
     assert cells[1:3] == ["12.5", "-"]
     assert table.splitlines()[0] == "title"
+
+
+def test_table_shows_the_earlier_run_before_the_target():
+    earlier = EarlierRun("abc1234 uvloop", {"bulk1_mbps": 9.0}, "an earlier run")
+    table = render({"uvloop": {"bulk1_mbps": 12.5}}, "title", earlier)
+    header = [cell.strip() for cell in table.splitlines()[2].strip("|").split("|")]
+    assert header == ["figure", "uvloop", "abc1234 uvloop", "target"]
+    bulk_line = next(line for line in table.splitlines() if line.startswith("| bulk 1 hop"))
+    assert [cell.strip() for cell in bulk_line.strip("|").split("|")][1:3] == ["12.5", "9.0"]
+    assert table.splitlines()[-1] == "abc1234 uvloop: an earlier run"

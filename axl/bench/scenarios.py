@@ -31,10 +31,16 @@ SEND_HEADER = "X-Destination-Peer-Id"
 RECV_WAIT = 1.0
 DRAIN_SECONDS = 10.0
 WARMUP_TIMEOUT = 60.0
-WS_DEADLINE = 300.0
+PHASE_DEADLINE = 300.0
+"""No phase of the bench takes longer on a working node: past it, a message is
+lost or a node is stuck, and the bench fails instead of hanging."""
 BASELINE_TRIES = 3
 """Baselines are ceilings: the best of a few runs, so that a moment of load
 from elsewhere on the machine does not flatter the node's ratios."""
+
+
+class BenchFailed(Exception):
+    """A phase could not produce its figures; the text says which and why."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class Sizes:
     bulk_message: int
     bulk_count: int
     small_count: int
+    latency_count: int
     small_size: int = 1024
     small_senders: int = 8
     small_receivers: int = 4
@@ -51,8 +58,8 @@ class Sizes:
     @classmethod
     def choose(cls, quick: bool) -> "Sizes":
         if quick:
-            return cls(bulk_message=1 * MIB, bulk_count=3, small_count=200)
-        return cls(bulk_message=16 * MIB, bulk_count=6, small_count=3000)
+            return cls(bulk_message=1 * MIB, bulk_count=3, small_count=200, latency_count=50)
+        return cls(bulk_message=16 * MIB, bulk_count=6, small_count=3000, latency_count=300)
 
 
 class LoopBench:
@@ -72,21 +79,32 @@ class LoopBench:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             self.http = http
             try:
-                await self._start_line()
-                await self._warm_up()
+                await self._phase("start-up", self._start_line())
+                await self._phase("warm-up", self._warm_up())
                 self._idle_memory()
-                await self._bulk()
-                await self._small_messages()
-                await self._ws_messages()
-                await self._unknown_peer()
+                await self._phase("idle latency", self._idle_latency())
+                await self._phase("bulk", self._bulk())
+                await self._phase("small messages", self._small_messages())
+                await self._phase("/ws messages", self._ws_messages())
+                await self._phase("unknown peer", self._unknown_peer())
             finally:
                 for node in self.nodes:
                     node.stop()
         for _ in range(BASELINE_TRIES):
-            await self._raw_tls()
-            await self._noop_rate()
+            await self._phase("raw TLS baseline", self._raw_tls())
+            await self._phase("no-op HTTP baseline", self._noop_rate())
         self._ratios()
         return self.figures
+
+    async def _phase(self, name: str, work) -> None:
+        """Run one phase under PHASE_DEADLINE; any failure names the phase."""
+        try:
+            await asyncio.wait_for(work, PHASE_DEADLINE)
+        except TimeoutError:
+            raise BenchFailed(f"{self.loop}: {name}: no result after {PHASE_DEADLINE:.0f} s "
+                              f"(a message lost or a node stuck)") from None
+        except (RuntimeError, OSError, aiohttp.ClientError) as exc:
+            raise BenchFailed(f"{self.loop}: {name}: {exc}") from None
 
     # -- start-up --------------------------------------------------------
 
@@ -122,6 +140,39 @@ class LoopBench:
     def _idle_memory(self) -> None:
         self.figures["idle_rss_mb"] = rss_bytes(self.nodes[-1].pid) / MB
         self._relay_idle = {node.name: rss_bytes(node.pid) for node in self.nodes[2:4]}
+
+    # -- latency when idle -------------------------------------------------
+
+    async def _idle_latency(self) -> None:
+        """One 1 KiB message at a time n0 -> n1, the next sent once the last
+        was received: the latency a lone request sees, send start to receipt
+        by a waiting long poll."""
+        source, dest = self.nodes[0], self.nodes[1]
+        filler = bytes(self.sizes.small_size - _SMALL_HEADER.size)
+        arrivals: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+
+        async def receiver() -> None:
+            while True:
+                body = await self._recv(dest, RECV_WAIT)
+                if body is not None:
+                    arrivals.put_nowait((_SMALL_HEADER.unpack_from(body)[0], time.perf_counter()))
+
+        receiving = asyncio.create_task(receiver())
+        latencies = []
+        try:
+            for ident in range(self.sizes.latency_count):
+                start = time.perf_counter()
+                status = await self._post(source, dest.peer_id, _SMALL_HEADER.pack(ident) + filler)
+                if status != 200:
+                    raise RuntimeError(f"message {ident}: HTTP {status}")
+                got, at = await asyncio.wait_for(arrivals.get(), DRAIN_SECONDS)
+                if got != ident:
+                    raise RuntimeError(f"message {got} arrived while waiting for {ident}")
+                latencies.append((at - start) * 1000)
+        finally:
+            receiving.cancel()
+        self.figures["idle_latency_p50_ms"] = percentile(latencies, 0.50)
+        self.figures["idle_latency_p99_ms"] = percentile(latencies, 0.99)
 
     # -- bulk ------------------------------------------------------------
 
@@ -211,9 +262,8 @@ class LoopBench:
     # -- the streaming bridge ------------------------------------------------
 
     async def _ws_messages(self) -> None:
-        """1 KiB messages n0 -> n1 over /ws: one sending socket (rate of 200 acks,
-        sent one after another since all go to one destination) and one
-        receiving socket on n1 that marks each delivery done."""
+        """1 KiB messages n0 -> n1 over /ws: one sending socket (rate of 200
+        acks) and one receiving socket on n1 that marks each delivery done."""
         source, dest = self.nodes[0], self.nodes[1]
         count = self.sizes.small_count
         frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
@@ -223,7 +273,7 @@ class LoopBench:
             receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered))
             start = time.perf_counter()
             writing = asyncio.create_task(self._ws_write(outbound, frame, count))
-            acked = await asyncio.wait_for(self._ws_acks(outbound, count), WS_DEADLINE)
+            acked = await self._ws_acks(outbound, count)
             elapsed = time.perf_counter() - start
             await writing
             await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
@@ -316,6 +366,7 @@ class LoopBench:
         fig["bulk3_ratio_1hop"] = fig["bulk3_mbps"] / fig["bulk1_mbps"]
         fig["bulk3_ratio_tls"] = fig["bulk3_mbps"] / fig["raw_tls_mbps"]
         fig["small_ratio_noop"] = fig["small_msgs_per_s"] / fig["noop_req_per_s"]
+        fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
 
     # -- HTTP helpers --------------------------------------------------------
 
