@@ -5,25 +5,33 @@ The address encodes a prefix of the *inverted* key, so that keys with many
 leading zero bits (the "better" keys) get shorter, rarer addresses. The
 inverse mapping fills unknown bits with ones; that partial key is what the
 bloom transform and lookups by address use.
+
+Signing and verifying go through libsodium (PyNaCl, which the sessions need
+anyway) and the PKCS#8 key file is read and written by hand (axl.der), so a
+node does not load `cryptography` and its own copy of OpenSSL.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-from cryptography.exceptions import InvalidSignature
+import nacl.bindings as sodium
+from nacl.exceptions import CryptoError
 
+from axl.der import OID_ED25519, element, encode
 from axl.wire import KEY_SIZE
 
 ADDRESS_PREFIX = 0x02
 SUBNET_PREFIX = 0x03
+SIGNATURE_SIZE = 64
+PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
+PEM_END = b"-----END PRIVATE KEY-----"
+PKCS8_VERSIONS = (b"\x00", b"\x01")  # v1, and v2 (RFC 5958) that may add the public key
 
 
 class KeyFileError(ValueError):
@@ -100,11 +108,41 @@ def format_address(addr: bytes) -> str:
 
 def verify(key: bytes, signature: bytes, message: bytes) -> bool:
     """Plain Ed25519 (RFC 8032) verification; False on any failure."""
+    if len(key) != KEY_SIZE or len(signature) != SIGNATURE_SIZE:
+        return False
     try:
-        Ed25519PublicKey.from_public_bytes(key).verify(signature, message)
-    except (InvalidSignature, ValueError):
+        sodium.crypto_sign_open(signature + message, key)
+    except CryptoError:
         return False
     return True
+
+
+def _pem_der(data: bytes, path: str | Path) -> bytes:
+    """The DER inside the file's PEM "PRIVATE KEY" (PKCS#8) block; KeyFileError otherwise."""
+    begin, end = data.find(PEM_BEGIN), data.find(PEM_END)
+    if begin < 0 or end < begin:
+        raise KeyFileError(f"key file {path} is not an unencrypted PEM private key (BEGIN PRIVATE KEY)")
+    try:
+        return base64.b64decode(b"".join(data[begin + len(PEM_BEGIN):end].split()), validate=True)
+    except binascii.Error:
+        raise KeyFileError(f"key file {path} is not an unencrypted PEM private key (bad base64)") from None
+
+
+def _pkcs8_seed(der: bytes, path: str | Path) -> bytes:
+    """The Ed25519 seed of a PKCS#8 PrivateKeyInfo (RFC 8410); KeyFileError otherwise."""
+    try:
+        _, pos, _ = element(der, 0)
+        _, version, version_end = element(der, pos)
+        _, algorithm, algorithm_end = element(der, version_end)
+        tag, key, key_end = element(der, algorithm_end)
+        inner_tag, seed, seed_end = element(der, key)
+    except ValueError:
+        raise KeyFileError(f"key file {path} is not an unencrypted PEM private key") from None
+    if der[version:version_end] not in PKCS8_VERSIONS or der[algorithm:algorithm_end] != OID_ED25519:
+        raise KeyFileError(f"key file {path} does not hold an ed25519 key")
+    if tag != 0x04 or inner_tag != 0x04 or seed_end - seed != KEY_SIZE or seed_end != key_end:
+        raise KeyFileError(f"key file {path} does not hold an ed25519 key")
+    return der[seed:seed_end]
 
 
 @dataclass(frozen=True)
@@ -113,28 +151,22 @@ class NodeIdentity:
 
     seed: bytes
     public_key: bytes
-    _private: Ed25519PrivateKey = field(init=False, repr=False, compare=False)
+    _secret: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_private", Ed25519PrivateKey.from_private_bytes(self.seed))
+        object.__setattr__(self, "_secret", sodium.crypto_sign_seed_keypair(self.seed)[1])
 
     @classmethod
     def from_seed(cls, seed: bytes) -> "NodeIdentity":
-        private = Ed25519PrivateKey.from_private_bytes(seed)
-        public = private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        """ValueError unless `seed` is 32 bytes."""
+        if len(seed) != KEY_SIZE:
+            raise ValueError(f"an ed25519 seed is {KEY_SIZE} bytes, not {len(seed)}")
+        public, _ = sodium.crypto_sign_seed_keypair(seed)
         return cls(seed=seed, public_key=public)
 
     @classmethod
     def generate(cls) -> "NodeIdentity":
-        private = Ed25519PrivateKey.generate()
-        seed = private.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
-        return cls.from_seed(seed)
+        return cls.from_seed(os.urandom(KEY_SIZE))
 
     @classmethod
     def load_pem(cls, path: str | Path) -> "NodeIdentity":
@@ -142,32 +174,15 @@ class NodeIdentity:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
-        try:
-            private = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise KeyFileError(f"key file {path} is not an unencrypted PEM private key") from exc
-        if not isinstance(private, Ed25519PrivateKey):
-            raise KeyFileError(f"key file {path} does not hold an ed25519 key")
-        seed = private.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
-        return cls.from_seed(seed)
-
-    def private_key(self) -> Ed25519PrivateKey:
-        return self._private
+        return cls.from_seed(_pkcs8_seed(_pem_der(data, path), path))
 
     def pem(self) -> bytes:
         """PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it."""
-        return self.private_key().private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        der = encode(0x30, encode(0x02, b"\0") + encode(0x30, OID_ED25519) + encode(0x04, encode(0x04, self.seed)))
+        return PEM_BEGIN + b"\n" + base64.encodebytes(der) + PEM_END + b"\n"
 
     def sign(self, message: bytes) -> bytes:
-        return self._private.sign(message)
+        return sodium.crypto_sign(message, self._secret)[:SIGNATURE_SIZE]
 
     @property
     def peer_id(self) -> str:

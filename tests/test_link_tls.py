@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from axl.identity import NodeIdentity
@@ -42,6 +42,7 @@ def test_certificate_fields_match_yggdrasil() -> None:
 def reference_certificate(identity: NodeIdentity, now: datetime.datetime) -> bytes:
     """The same certificate from cryptography's builder, as an independent encoder."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity.public_key.hex())])
+    private = Ed25519PrivateKey.from_private_bytes(identity.seed)
     usage = x509.KeyUsage(
         digital_signature=True, content_commitment=False, key_encipherment=True,
         data_encipherment=False, key_agreement=False, key_cert_sign=False,
@@ -50,14 +51,14 @@ def reference_certificate(identity: NodeIdentity, now: datetime.datetime) -> byt
     return (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name)
-        .public_key(identity.private_key().public_key())
+        .public_key(private.public_key())
         .serial_number(1)
         .not_valid_before(now)
         .not_valid_after(datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc))
         .add_extension(usage, critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(identity.private_key(), algorithm=None)
+        .sign(private, algorithm=None)
         .public_bytes(serialization.Encoding.DER)
     )
 

@@ -20,6 +20,7 @@ from aioquic.asyncio.server import QuicServer
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamDataReceived, StreamReset
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from axl.link.adapter import StreamTransport
 from axl.link.connection import LinkSettings
@@ -35,7 +36,8 @@ def _configuration(settings: LinkSettings, is_client: bool) -> QuicConfiguration
     identity = settings.identity
     return QuicConfiguration(
         is_client=is_client, alpn_protocols=None, idle_timeout=IDLE_TIMEOUT,
-        certificate=x509.load_der_x509_certificate(make_certificate(identity)), private_key=identity.private_key(),
+        certificate=x509.load_der_x509_certificate(make_certificate(identity)),
+        private_key=Ed25519PrivateKey.from_private_bytes(identity.seed),
         verify_mode=ssl.CERT_NONE,
     )
 

@@ -21,14 +21,12 @@ import ssl
 import tempfile
 from pathlib import Path
 
+from axl.der import OID_ED25519, element, encode
 from axl.identity import NodeIdentity
 
 NOT_AFTER = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc)
 
-# DER pieces of the fixed parts. Building the certificate by hand instead of
-# with `cryptography.x509` keeps that module (about 7 MB resident) out of
-# every node: the certificate never changes shape.
-OID_ED25519 = bytes.fromhex("06032b6570")
+# DER pieces of the fixed parts; axl.der says why the certificate is built by hand.
 OID_COMMON_NAME = bytes.fromhex("0603550403")
 VERSION_3 = bytes.fromhex("a003020102")
 SERIAL_1 = bytes.fromhex("020101")
@@ -39,69 +37,43 @@ EXT_KEY_USAGE_SERVER_AUTH = bytes.fromhex("0603551d25040c300a06082b0601050507030
 BASIC_CONSTRAINTS_NOT_CA = bytes.fromhex("0603551d13") + CRITICAL + bytes.fromhex("04023000")
 
 
-def _der(tag: int, content: bytes) -> bytes:
-    """One DER TLV (definite length, short or long form)."""
-    size = len(content)
-    if size < 0x80:
-        return bytes((tag, size)) + content
-    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
-    return bytes((tag, 0x80 | len(length))) + length + content
-
-
 def _der_time(when: datetime.datetime) -> bytes:
     """RFC 5280: UTCTime through 2049, GeneralizedTime from 2050."""
     when = when.astimezone(datetime.timezone.utc)
     if when.year < 2050:
-        return _der(0x17, when.strftime("%y%m%d%H%M%SZ").encode())
-    return _der(0x18, when.strftime("%Y%m%d%H%M%SZ").encode())
+        return encode(0x17, when.strftime("%y%m%d%H%M%SZ").encode())
+    return encode(0x18, when.strftime("%Y%m%d%H%M%SZ").encode())
 
 
 def make_certificate(identity: NodeIdentity, now: datetime.datetime | None = None) -> bytes:
     """Self-signed certificate (DER) with the fields Yggdrasil's own one carries."""
     cn = identity.public_key.hex().encode()
-    name = _der(0x30, _der(0x31, _der(0x30, OID_COMMON_NAME + _der(0x0C, cn))))
+    name = encode(0x30, encode(0x31, encode(0x30, OID_COMMON_NAME + encode(0x0C, cn))))
     not_before = now or datetime.datetime.now(datetime.timezone.utc)
-    algorithm = _der(0x30, OID_ED25519)
-    extensions = b"".join(_der(0x30, ext) for ext in (
+    algorithm = encode(0x30, OID_ED25519)
+    extensions = b"".join(encode(0x30, ext) for ext in (
         KEY_USAGE, EXT_KEY_USAGE_SERVER_AUTH, BASIC_CONSTRAINTS_NOT_CA))
-    tbs = _der(0x30, b"".join((
+    tbs = encode(0x30, b"".join((
         VERSION_3, SERIAL_1, algorithm, name,
-        _der(0x30, _der_time(not_before) + _der_time(NOT_AFTER)),
+        encode(0x30, _der_time(not_before) + _der_time(NOT_AFTER)),
         name,
-        _der(0x30, algorithm + _der(0x03, b"\0" + identity.public_key)),
-        _der(0xA3, _der(0x30, extensions)),
+        encode(0x30, algorithm + encode(0x03, b"\0" + identity.public_key)),
+        encode(0xA3, encode(0x30, extensions)),
     )))
-    return _der(0x30, tbs + algorithm + _der(0x03, b"\0" + identity.sign(tbs)))
-
-
-def _der_element(der: bytes, pos: int) -> tuple[int, int, int]:
-    """Tag, content start and content end of the DER element at `pos`."""
-    if pos + 2 > len(der):
-        raise ValueError("truncated DER")
-    tag, first, start = der[pos], der[pos + 1], pos + 2
-    size = first
-    if first >= 0x80:
-        count = first & 0x7F
-        if not 1 <= count <= 4:
-            raise ValueError("bad DER length")
-        size = int.from_bytes(der[start:start + count], "big")
-        start += count
-    if start + size > len(der):
-        raise ValueError("truncated DER")
-    return tag, start, start + size
+    return encode(0x30, tbs + algorithm + encode(0x03, b"\0" + identity.sign(tbs)))
 
 
 def certificate_ed25519_key(der: bytes) -> bytes | None:
     """The Ed25519 public key a DER certificate carries, None for any other key or bad DER."""
     try:
-        _, tbs, _ = _der_element(der, _der_element(der, 0)[1])
-        tag, _, end = _der_element(der, tbs)
+        _, tbs, _ = element(der, element(der, 0)[1])
+        tag, _, end = element(der, tbs)
         pos = end if tag == 0xA0 else tbs  # the optional version
         for _ in range(5):  # serial, signature algorithm, issuer, validity, subject
-            pos = _der_element(der, pos)[2]
-        _, spki, _ = _der_element(der, pos)
-        _, algorithm, algorithm_end = _der_element(der, spki)
-        tag, key, key_end = _der_element(der, algorithm_end)
+            pos = element(der, pos)[2]
+        _, spki, _ = element(der, pos)
+        _, algorithm, algorithm_end = element(der, spki)
+        tag, key, key_end = element(der, algorithm_end)
     except ValueError:
         return None
     if der[algorithm:algorithm_end] != OID_ED25519 or tag != 0x03 or der[key:key_end][:1] != b"\0":
