@@ -96,3 +96,63 @@ async def test_ws_listener_health_and_subprotocol() -> None:
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+class _Sink(asyncio.Protocol):
+    def __init__(self, received: bytearray) -> None:
+        self.received = received
+
+    def data_received(self, data: bytes) -> None:
+        self.received.extend(data)
+
+
+class _Source(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+
+async def _until(condition, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_quic_writer_waits_for_acknowledgements_instead_of_buffering() -> None:
+    """A peer that stops acknowledging: aioquic holds at most about
+    SEND_HIGH_WATER bytes and the link is paused; once acknowledgements flow
+    again everything arrives and the link resumes."""
+    from axl.link import quic
+
+    received = bytearray()
+    listener = await listen(parse_peer_uri("quic://127.0.0.1:0"), lambda: _Sink(received), _settings())
+    source = await quic.dial(parse_peer_uri(f"quic://127.0.0.1:{listener.port}"), _Source, _settings())
+    link = source.transport._carrier._link  # the QUIC connection under the stream transport
+    stream_id = source.transport._carrier._stream_id
+    try:
+        source.transport.write(b"hello")
+        await _until(lambda: len(received) == 5, 10)
+        link.datagram_received = lambda data, addr: None  # the peer's acknowledgements go missing
+        chunk = os.urandom(64 * 1024)
+        for _ in range(128):
+            source.transport.write(chunk)
+        await asyncio.sleep(1.0)
+        assert link.unacknowledged(stream_id) <= quic.SEND_HIGH_WATER + len(chunk)
+        assert source.paused
+        del link.datagram_received
+        await _until(lambda: len(received) == 5 + 128 * len(chunk), 30)
+        await _until(lambda: not source.paused, 5)
+    finally:
+        source.transport.abort()
+        listener.close()
+        await listener.wait_closed()

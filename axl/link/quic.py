@@ -6,6 +6,10 @@ listener sends nothing until the stream has carried a byte. TLS 1.3 with
 the node's Ed25519 certificate, no ALPN (Go offers none and aborts on
 one), idle timeout 60 s and a PING every 20 s, as quic-go is set up in
 Yggdrasil. End of stream means link down; the connection is then closed.
+
+aioquic buffers whatever it is given until the peer acknowledges it, with
+no limit; a write waits while more than SEND_HIGH_WATER bytes are held, so
+the stream adapter pauses the link as a full socket would.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from axl.link.uri import PeerURI
 
 IDLE_TIMEOUT = 60.0
 KEEPALIVE_PERIOD = 20.0
+SEND_HIGH_WATER = 1024 * 1024
 ProtocolFactory = Callable[[], asyncio.Protocol]
 
 
@@ -53,6 +58,8 @@ class _QuicLink(QuicConnectionProtocol):
         self.link_transport: StreamTransport | None = None
         self.closer: asyncio.Task[None] | None = None
         self._keepalive = self._loop.call_later(KEEPALIVE_PERIOD, self._ping)
+        self._progress = asyncio.Event()
+        self._ended = False
 
     def open_link(self, stream_id: int, peername: Any) -> asyncio.Protocol:
         """Attach a link protocol to `stream_id`; it writes its meta at once."""
@@ -72,6 +79,32 @@ class _QuicLink(QuicConnectionProtocol):
             reason = event.reason_phrase or f"error {event.error_code}"
             self._lost(None if event.error_code == 0 else ConnectionError(f"QUIC closed: {reason}"))
 
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        super().datagram_received(data, addr)
+        self._progress.set()
+
+    def unacknowledged(self, stream_id: int) -> int:
+        """Bytes of the stream aioquic still holds, sent or not, that the peer
+        has not acknowledged. aioquic offers no public figure; its stream
+        sender keeps them between these two offsets."""
+        stream = self._quic._streams.get(stream_id)
+        if stream is None:
+            return 0
+        return stream.sender._buffer_stop - stream.sender._buffer_start
+
+    async def until_acknowledged(self, stream_id: int, limit: int) -> None:
+        """Wait until at most `limit` bytes of the stream are unacknowledged;
+        ConnectionError when the connection ends or the peer stays silent."""
+        while self.unacknowledged(stream_id) > limit:
+            if self._ended:
+                raise ConnectionError("QUIC connection closed")
+            self._progress.clear()
+            try:
+                await asyncio.wait_for(self._progress.wait(), IDLE_TIMEOUT)
+            except TimeoutError:
+                raise ConnectionError(
+                    f"QUIC peer acknowledged nothing for {IDLE_TIMEOUT:.0f} s") from None
+
     def _stream_data(self, event: StreamDataReceived) -> None:
         if self._stream_id is None and self._link_factory is not None and event.stream_id % 4 == 0:
             self.open_link(event.stream_id, self._quic._network_paths[0].addr)
@@ -82,7 +115,7 @@ class _QuicLink(QuicConnectionProtocol):
             self._lost(None)
 
     def _lost(self, exc: Exception | None) -> None:
-        self._keepalive.cancel()
+        self._end()
         if self.link_transport is not None:
             self.link_transport.carrier_closed(exc)
             self.close()
@@ -93,8 +126,14 @@ class _QuicLink(QuicConnectionProtocol):
         self._keepalive = self._loop.call_later(KEEPALIVE_PERIOD, self._ping)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._keepalive.cancel()
+        self._end()
         super().connection_lost(exc)
+
+    def _end(self) -> None:
+        """No more pings, and no writer left waiting for acknowledgements."""
+        self._ended = True
+        self._keepalive.cancel()
+        self._progress.set()
 
 
 class _StreamCarrier:
@@ -105,6 +144,7 @@ class _StreamCarrier:
     async def send(self, data: bytes) -> None:
         self._link._quic.send_stream_data(self._stream_id, data)
         self._link.transmit()
+        await self._link.until_acknowledged(self._stream_id, SEND_HIGH_WATER)
 
     async def finish(self) -> None:
         self._link._quic.send_stream_data(self._stream_id, b"", end_stream=True)
