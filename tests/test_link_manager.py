@@ -17,6 +17,7 @@ from axl.link.framing import KEEPALIVE_FRAME, FrameType, encode_frame
 from axl.link.manager import Link, LinkManager
 from axl.link.meta import decode_meta, encode_meta
 from axl.link.tls import server_context
+from axl.link.uri import parse_peer_uri
 from axl.wire import DecodeError
 
 WAIT = 5.0
@@ -448,3 +449,13 @@ async def test_tls_1_2_only_server_is_refused(managers, caplog) -> None:
         assert "our dialers require TLS 1.3" in caplog.text
     finally:
         server.close()
+
+
+def test_maxbackoff_lowers_the_redial_ceiling() -> None:
+    manager = LinkManager(NodeIdentity.generate(), None, rng=random.Random(1))  # type: ignore[arg-type]
+    capped = manager._backoff_for(parse_peer_uri("tls://127.0.0.1:1?maxbackoff=30s"))
+    delays = [capped.next_delay() for _ in range(12)]
+    assert max(delays) <= 30 * 1.2
+    assert delays[-1] >= 30 * 0.8
+    uncapped = manager._backoff_for(parse_peer_uri("tls://127.0.0.1:1"))
+    assert max(uncapped.next_delay() for _ in range(12)) > 30 * 1.2

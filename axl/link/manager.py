@@ -169,8 +169,7 @@ class LinkManager:
         An unexpected error in one attempt is logged and counts as a failed
         attempt; it must never end the loop, or the peer stays down for good.
         """
-        maximum = min(self._backoff_max, peer.uri.max_backoff or self._backoff_max)
-        backoff = _Backoff(self._backoff_min, maximum, self._rng)
+        backoff = self._backoff_for(peer.uri)
         while not self._stopping:
             try:
                 if await self._dial_once(peer):
@@ -180,6 +179,12 @@ class LinkManager:
             delay = backoff.next_delay()
             self.log.debug("redialing %s in %.1fs", peer.uri, delay)
             await asyncio.sleep(delay)
+
+    def _backoff_for(self, uri: PeerURI) -> _Backoff:
+        """A URI's `maxbackoff` lowers the ceiling of its redial delay (the
+        parser refuses less than 30 s); it never raises it above the node's."""
+        maximum = min(self._backoff_max, uri.max_backoff or self._backoff_max)
+        return _Backoff(self._backoff_min, maximum, self._rng)
 
     async def dial_discovered(self, uri: PeerURI) -> bool:
         """Dial a peer found by LAN discovery once, not retried; returns when
