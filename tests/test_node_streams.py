@@ -126,3 +126,37 @@ def test_a_stream_that_cannot_be_reopened_reports_504():
     pair.run(SETTINGS.lookup_timeout + 1)
     [failed] = pair.take(0, SendFailed)
     assert failed.handle == handle and isinstance(failed.error, DeliveryTimeout)
+
+
+def test_order_is_kept_once_connected_through_a_reconnection_and_never_toward_the_fallback():
+    """`keeps_order` lets /ws start a destination's sends without waiting for
+    each fate: it must hold only where later messages cannot overtake."""
+    pair = Pair()
+    pair.run(3.0)
+    messages = pair.cores[0].messages
+    first = pair.cores[0].send_message(pair.keys[1], b"o0", pair.now)
+    assert not messages.keeps_order(pair.keys[1])  # not connected: may yet fall back
+    pair.run(0.5)
+    assert messages.keeps_order(pair.keys[1])
+    for i in (1, 2):
+        pair.cores[0].send_message(pair.keys[1], b"o%d" % i, pair.now)
+    pair.run(0.5)
+    held = pair.take(1, InboundMessage)
+    [conn] = stream_connections(pair, 1)
+    conn.abort()
+    # sent while the stream reopens: they queue behind the repeats
+    for i in (3, 4):
+        pair.cores[0].send_message(pair.keys[1], b"o%d" % i, pair.now)
+        assert messages.keeps_order(pair.keys[1])
+    pair.run(1.0)
+    for event in held:
+        pair.cores[1].answer_inbound(event.handle, True, None, pair.now)
+    assert [event.payload for event in held] + answer_all(pair) == [b"o%d" % i for i in range(5)]
+    pair.run(1.0)
+    assert first in {event.handle for event in pair.take(0, Acknowledged)}
+
+    toward_go = Pair((SETTINGS, NO_STREAMS))
+    toward_go.run(3.0)
+    toward_go.cores[0].send_message(toward_go.keys[1], b"g", toward_go.now)
+    answer_all(toward_go)
+    assert not toward_go.cores[0].messages.keeps_order(toward_go.keys[1])

@@ -18,18 +18,27 @@ WAIT = 20.0
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+def trio(tmp_path_factory):
+    """a and b with message streams; g without (the Go node's one connection per message), b - a - g."""
     cluster = Cluster(tmp_path_factory.mktemp("ws"))
     a = cluster.add("a", extra={"max_message_size": LIMIT, "lookup_timeout_secs": 3})
     b = cluster.add("b", peers=[a])
+    g = cluster.add("g", peers=[a], extra={"message_streams": False})
     cluster.start_all()
     try:
-        wait_until(lambda: len(up_peers(a)) == 1, 20, what="a and b peered")
-        wait_until(lambda: a.send(b.peer_id, b"warm")[0] == 200 and b.send(a.peer_id, b"warm")[0] == 200,
-                   30, what="paths both ways")
-        yield a, b
+        wait_until(lambda: len(up_peers(a)) == 2, 20, what="a peered with b and g")
+        wait_until(lambda: all(x.send(y.peer_id, b"warm")[0] == 200 for x, y in ((a, b), (b, a), (g, b))),
+                   30, what="paths a-b both ways and g-b")
+        for node in (a, b, g):
+            drain(node)
+        yield a, b, g
     finally:
         cluster.stop_all()
+
+
+@pytest.fixture(scope="module")
+def pair(trio):
+    return trio[:2]
 
 
 @pytest.fixture
@@ -110,6 +119,38 @@ def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> N
     assert [ack for ack in acks.values() if ack["status"] != 200 or "error" in ack] == []
     assert drain(b) == [f"m{i}".encode() for i in range(1, 20, 2)]
     assert drain(a) == [f"m{i}".encode() for i in range(0, 20, 2)]
+
+
+def numbered(i: int, large: int) -> bytes:
+    """Every other payload `large` bytes, so that a small one sent after it finishes
+    first wherever messages to one destination could overtake each other."""
+    return b"%05d" % i + bytes(large * (i % 2))
+
+
+async def send_numbered(node, dest, count: int, large: int) -> dict[int, dict]:
+    """Write `count` frames to `dest` at once over one /ws, then collect their acks."""
+    client = await WsClient.open(node)
+    try:
+        for i in range(count):
+            await client.ws.send_bytes(frame(dest, numbered(i, large)))
+        return await client.acks(count)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("path, count, large", [("stream", 400, 40_000), ("one connection each", 40, 400_000)])
+def test_many_frames_to_one_destination_arrive_in_order(trio, path: str, count: int, large: int) -> None:
+    """a -> b is a message stream: the frames are under way together. g -> b has
+    streams off (the Go node's one connection per message): one at a time, since
+    a small message on its own connection would overtake a large one. Either
+    way b's queue holds them in the order written."""
+    a, b, g = trio
+    source = a if path == "stream" else g
+    drain(b)
+    acks = run(send_numbered(source, b, count, large))
+    assert sorted(acks) == list(range(1, count + 1))
+    assert [n for n, ack in acks.items() if ack["status"] != 200] == []
+    assert drain(b) == [numbered(i, large) for i in range(count)]
 
 
 def test_failed_sends_are_acknowledged_with_their_status(clean) -> None:

@@ -2,11 +2,16 @@
 
 Sending: each binary frame is a 32-byte destination key and a payload. The
 frames are numbered 1, 2, 3, ... and each is answered with a text frame
-`{"ack": n, "status": S}` once `node.send` knows its fate. Frames to one
-destination are sent one after another (so they arrive in order); frames to
+`{"ack": n, "status": S}` once the node knows its fate. Frames to one
+destination arrive in the order sent: while the node keeps that order itself
+(a connected message stream, whose messages keep their sequence through
+reconnections) they are all under way at once; elsewhere (a Go peer, one
+connection per message) each waits for the fate of the one before. Frames to
 different destinations go concurrently, so their acks may come out of order.
-At most MAX_IN_FLIGHT frames (MAX_IN_FLIGHT_BYTES of payload) wait for their
-fate; beyond that the socket is not read, and TCP pushes back on the client.
+Acks settled in one turn of the event loop are written together. At most
+MAX_IN_FLIGHT frames (MAX_IN_FLIGHT_BYTES of payload) are read and not yet
+acknowledged; beyond that the socket is not read, and TCP pushes back on the
+client.
 
 Receiving (`?recv=1[&window=N]`): the connection takes the node's incoming
 messages in place of `/recv`, as binary frames of 8-byte id, 32-byte sender
@@ -102,7 +107,11 @@ def ack_text(number: int, status: int, error: str | None = None) -> str:
 
 @dataclass
 class _Flow:
-    """Frames read from the client whose fate is not yet known, for back-pressure."""
+    """Frames read from the client and not yet acknowledged to it, for back-pressure.
+
+    A frame counts until its ack is written, not only until its fate is
+    known: a client that does not read its acks stops being read too.
+    """
 
     frames: int = 0
     bytes: int = 0
@@ -124,6 +133,15 @@ class _Flow:
             self.room.set()
 
 
+@dataclass(eq=False)
+class _Destination:
+    """One destination's frames: those not started yet, in order, and how many are under way."""
+
+    key: bytes
+    waiting: deque[tuple[int, bytes]] = field(default_factory=deque)
+    under_way: int = 0
+
+
 class StreamingSession:
     """One /ws connection: its numbered sends and, with a window, its deliveries."""
 
@@ -134,9 +152,14 @@ class StreamingSession:
         self.window = window
         self.gone = gone
         self._frames = 0
-        self._queues: dict[bytes, deque[tuple[int, bytes]]] = {}
-        self._senders: set[asyncio.Task] = set()
+        self._destinations: dict[bytes, _Destination] = {}
+        self._under_way = 0
+        self._all_settled = asyncio.Event()
+        self._all_settled.set()
         self._flow = _Flow()
+        # (ack text, payload size) settled and not yet written, in the order settled
+        self._acks: list[tuple[str, int]] = []
+        self._acks_ready = asyncio.Event()
         self._delivered: dict[int, QueuedMessage] = {}
         self._room_to_deliver = asyncio.Event()
         self._room_to_deliver.set()
@@ -144,31 +167,39 @@ class StreamingSession:
     async def run(self) -> None:
         """Serve the client until it closes or leaves; then its undone messages go back."""
         pump = start_task(self._deliver_forever(), log, "ws delivery") if self.window else None
+        writer = start_task(self._write_acks(), log, "ws acks")
         try:
             await self._read_client()
         finally:
+            writer.cancel()
             if pump is not None:
                 pump.cancel()
-                await asyncio.wait({pump}, timeout=5)
+            await asyncio.wait({task for task in (writer, pump) if task is not None}, timeout=5)
             self._give_back_undone()
 
     async def finish_sends(self) -> None:
-        """After the client left: finish the sends under way, drop the frames not yet started."""
+        """After the client left: finish the sends under way, drop the frames not yet started.
+
+        The node's own deadlines (lookup and send timeouts) bound the wait.
+        """
         self._drop_unstarted()
-        if self._senders:
-            await asyncio.wait(self._senders)
+        await self._all_settled.wait()
 
     def _drop_unstarted(self) -> None:
-        """Forget the queued frames that no send has started.
+        """Forget the queued frames that no send has started, and the acks not written.
 
         Their acks could not reach a departed client, so it must treat them
         as unsent either way; dropping them bounds what it costs (a full
         window to an unreachable node would otherwise keep the node busy for
         minutes).
         """
-        for queue in self._queues.values():
-            while queue:
-                self._flow.remove(len(queue.pop()[1]))
+        for destination in self._destinations.values():
+            waiting = destination.waiting
+            while waiting:
+                self._flow.remove(len(waiting.pop()[1]))
+        for _, size in self._acks:
+            self._flow.remove(size)
+        self._acks.clear()
 
     # -- reading the client ------------------------------------------------
 
@@ -183,7 +214,7 @@ class StreamingSession:
             message = await self.ws.receive()
             try:
                 if message.type == WSMsgType.BINARY:
-                    await self._accept_send(message.data)
+                    self._accept_send(message.data)
                 elif message.type == WSMsgType.TEXT:
                     self._accept_done(message.data)
                 elif message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
@@ -195,56 +226,110 @@ class StreamingSession:
                                     message=str(exc)[:CLOSE_REASON_MAX].encode())
                 return
 
-    async def _accept_send(self, data: bytes) -> None:
+    def _accept_send(self, data: bytes) -> None:
         self._frames += 1
         number = self._frames
         if len(data) < KEY_SIZE:
-            await self._ack(number, 400, f"frame of {len(data)} bytes is shorter than the "
-                                         f"{KEY_SIZE}-byte destination key")
+            self._flow.add(0)
+            self._queue_ack(number, 0, 400, f"frame of {len(data)} bytes is shorter than the "
+                                            f"{KEY_SIZE}-byte destination key")
             return
-        dest, payload = data[:KEY_SIZE], data[KEY_SIZE:]
+        key, payload = data[:KEY_SIZE], data[KEY_SIZE:]
         self._flow.add(len(payload))
-        queue = self._queues.get(dest)
-        if queue is None:
-            queue = self._queues[dest] = deque()
-            task = start_task(self._send_in_order(dest, queue), log, "ws sender")
-            self._senders.add(task)
-            task.add_done_callback(self._senders.discard)
-        queue.append((number, payload))
+        destination = self._destinations.get(key)
+        if destination is None:
+            destination = self._destinations[key] = _Destination(key)
+        destination.waiting.append((number, payload))
+        self._start_ready(destination)
 
-    async def _send_in_order(self, dest: bytes, queue: deque[tuple[int, bytes]]) -> None:
-        """Send one destination's frames one after another; ends when its queue is empty.
+    # -- sending ---------------------------------------------------------------
 
-        A frame leaves the queue when its send starts, so the queue holds only
-        frames not yet started (what `_drop_unstarted` may forget).
+    def _start_ready(self, destination: _Destination) -> None:
+        """Start the destination's waiting frames that may start now, in order.
+
+        Where the node keeps order (a connected message stream) every frame
+        starts at once: they arrive in the order started. Elsewhere (a Go
+        peer, one connection per message; a stream not yet connected, which
+        may still fall back to that) a frame starts only when the one before
+        it has its fate, since connections can overtake each other.
         """
-        while queue:
-            number, payload = queue.popleft()
-            status, error = await self._send_one(dest, payload)
-            self._flow.remove(len(payload))
-            await self._ack(number, status, error)
-        del self._queues[dest]
+        waiting = destination.waiting
+        while waiting and (not destination.under_way or self.node.keeps_order(destination.key)):
+            number, payload = waiting.popleft()
+            self._start(destination, number, payload)
+        if not waiting and not destination.under_way:
+            del self._destinations[destination.key]
 
-    async def _send_one(self, dest: bytes, payload: bytes) -> tuple[int, str | None]:
+    def _start(self, destination: _Destination, number: int, payload: bytes) -> None:
         started = time.monotonic()
         try:
-            await self.node.send(dest, payload)
+            future = self.node.start_send(destination.key, payload)
         except DeliveryError as exc:
-            status = status_for(exc)
-            self.node.stats.send_finished(dest, len(payload), status, None, time.time())
-            return status, str(exc)
-        self.node.stats.send_finished(dest, len(payload), 200, time.monotonic() - started, time.time())
-        return 200, None
+            self._finished(destination.key, number, len(payload), started, exc)
+            return
+        destination.under_way += 1
+        self._under_way += 1
+        self._all_settled.clear()
+        future.add_done_callback(
+            lambda done: self._settled(destination, number, len(payload), started, done))
 
-    async def _ack(self, number: int, status: int, error: str | None) -> None:
-        try:
-            await self.ws.send_str(ack_text(number, status, error))
-        except (ConnectionError, ClientConnectionError):
-            # While reading is paused the client's close goes unseen; a failed
-            # write is then how its departure shows.
-            log.info("/ws client left before ack %d (status %d)", number, status)
-            self.gone.set()
-            self._drop_unstarted()
+    def _settled(self, destination: _Destination, number: int, size: int, started: float,
+                 future: asyncio.Future) -> None:
+        """A send's fate is known: queue its ack and start what waited for it."""
+        destination.under_way -= 1
+        self._under_way -= 1
+        if not self._under_way:
+            self._all_settled.set()
+        if future.cancelled():
+            error: BaseException | None = DeliveryError("the send was cancelled")
+        else:
+            error = future.exception()
+        self._finished(destination.key, number, size, started, error)
+        if self._destinations.get(destination.key) is destination:
+            self._start_ready(destination)
+
+    def _finished(self, key: bytes, number: int, size: int, started: float,
+                  error: BaseException | None) -> None:
+        now = time.time()
+        if error is None:
+            self.node.stats.send_finished(key, size, 200, time.monotonic() - started, now)
+            self._queue_ack(number, size, 200, None)
+            return
+        if not isinstance(error, DeliveryError):
+            log.error("/ws send %d failed unexpectedly: %r", number, error)
+            error = DeliveryError(f"internal error: {error.__class__.__name__}")
+        status = status_for(error)
+        self.node.stats.send_finished(key, size, status, None, now)
+        self._queue_ack(number, size, status, str(error))
+
+    # -- acknowledging ---------------------------------------------------------
+
+    def _queue_ack(self, number: int, size: int, status: int, error: str | None) -> None:
+        if self.gone.is_set():
+            self._flow.remove(size)
+            return
+        self._acks.append((ack_text(number, status, error), size))
+        self._acks_ready.set()
+
+    async def _write_acks(self) -> None:
+        """Write the acks settled meanwhile, many per turn of the loop; each
+        frame leaves the back-pressure count once its ack is written."""
+        while True:
+            await self._acks_ready.wait()
+            self._acks_ready.clear()
+            acks, self._acks = self._acks, []
+            for index, (text, size) in enumerate(acks):
+                try:
+                    await self.ws.send_str(text)
+                except (ConnectionError, ClientConnectionError):
+                    # While reading is paused the client's close goes unseen; a
+                    # failed write is then how its departure shows.
+                    log.info("/ws client left with %d acks unwritten", len(acks) - index)
+                    self.gone.set()
+                    self._acks[:0] = acks[index:]
+                    self._drop_unstarted()
+                    return
+                self._flow.remove(size)
 
     def _accept_done(self, text: str) -> None:
         if not self.window:

@@ -134,6 +134,16 @@ class MessageLayer:
             return self.streams.send(dest_key, payload, now)
         return self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None)
 
+    def keeps_order(self, dest_key: bytes) -> bool:
+        """Whether concurrent sends to `dest_key` arrive in the order started.
+
+        True only on a message stream that has connected: its messages keep
+        their sequence order through reconnections. A stream not yet connected
+        may still hand its messages to the fallback, and there every message
+        has its own connection, which can overtake the others.
+        """
+        return self.streams.established(dest_key)
+
     def _fallback(self, dest_key: bytes, payload: bytes, now: float, handle: int) -> None:
         """A stream message whose destination has no stream port: its own connection."""
         self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None, handle)

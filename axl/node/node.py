@@ -164,9 +164,20 @@ class Node:
     # -- API for the bridge ----------------------------------------------
 
     async def send(self, dest_key: bytes, payload: bytes) -> None:
+        await self.start_send(dest_key, payload)
+
+    def start_send(self, dest_key: bytes, payload: bytes) -> asyncio.Future:
+        """Start a send now; the future settles with its fate. Sends start in
+        the order of these calls, and a caller with many in flight needs no
+        task per send. Raises MessageTooLarge at once."""
         handle = self.core.send_message(dest_key, payload, time.monotonic(), flush=False)
         self._flush_soon()
-        await self._outcome(handle)
+        return self._outcome(handle)
+
+    def keeps_order(self, dest_key: bytes) -> bool:
+        """Whether sends to `dest_key` started now arrive in the order started,
+        even while earlier ones are unanswered (see MessageLayer.keeps_order)."""
+        return self.core.messages.keeps_order(dest_key)
 
     async def recv(self, wait: float) -> InboxMessage | None:
         return await self.inbox.get(wait)

@@ -141,6 +141,12 @@ class MessageStreams:
         del self._unsupported[dest]
         return True
 
+    def established(self, dest: bytes) -> bool:
+        """Whether messages to `dest` now join a stream that has connected (and
+        so never fall back to one connection each)."""
+        link = self._links.get(dest)
+        return link is not None and link.ever_connected
+
     def send(self, dest: bytes, payload: bytes, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
