@@ -3,15 +3,16 @@
 The hot path only bumps plain integers (axl.node.stats, axl.link.counters);
 this collector turns them into metric families when someone scrapes, so a
 message costs no prometheus_client call. Each node gets its own registry:
-two nodes in one process never share a metric.
+two nodes in one process never share a metric. The bridge imports this
+module on the first scrape (axl.observe.web), so prometheus_client stays out
+of a node nobody scrapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -21,27 +22,8 @@ from prometheus_client.core import (
 
 from axl import __version__
 from axl.node.stats import Histogram, NodeStats
+from axl.observe.httpstats import HttpStats
 from axl.observe.view import ObservedNode
-
-HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0, 60.0)
-
-
-@dataclass
-class HttpStats:
-    """Bridge requests by route template (a bounded set) and status code."""
-
-    requests: dict[tuple[str, int], int] = field(default_factory=dict)
-    durations: dict[str, Histogram] = field(default_factory=dict)
-
-    def observe(self, route: str, code: int, seconds: float) -> None:
-        key = (route, code)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        histogram = self.durations.get(route)
-        if histogram is None:
-            histogram = self.durations[route] = Histogram(HTTP_BUCKETS)
-        histogram.observe(seconds)
-
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
     return [("+Inf" if bound == float("inf") else repr(bound), count)
@@ -173,3 +155,8 @@ def build_registry(node: ObservedNode, http: HttpStats) -> CollectorRegistry:
     registry.register(NodeCollector(node, http))
     ProcessCollector(registry=registry)
     return registry
+
+
+def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The text a scrape answers with, and its Content-Type."""
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -13,17 +13,20 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from axl.observe import report
 from axl.observe.events import Event, EventHub
 from axl.observe.logring import MAX_LINES, LogRing
-from axl.observe.metrics import HttpStats, build_registry
+from axl.observe.httpstats import HttpStats
 from axl.observe.series import SAMPLE_INTERVAL, SeriesRing
 from axl.observe.view import ObservedNode
 from axl.tasks import start_task
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("axl.observe")
 
@@ -45,7 +48,7 @@ class Observatory:
         self.node = node
         self.sample_interval = sample_interval
         self.http = HttpStats()
-        self.registry = build_registry(node, self.http)
+        self._registry: CollectorRegistry | None = None
         self.series = SeriesRing()
         self.events = EventHub()
         self.logs = LogRing(self._log_line)
@@ -107,8 +110,14 @@ class Observatory:
     # -- handlers --------------------------------------------------------
 
     async def handle_metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        """The registry is made on the first scrape: prometheus_client and the
+        stdlib servers it imports cost about 1 MB resident, which a node nobody
+        scrapes need not pay."""
+        from axl.observe import metrics
+        if self._registry is None:
+            self._registry = metrics.build_registry(self.node, self.http)
+        body, content_type = metrics.exposition(self._registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def handle_page(self, _request: web.Request) -> web.Response:
         return web.Response(body=(STATIC / "index.html").read_bytes(),
