@@ -4,10 +4,13 @@ message acknowledgement."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from axl import __version__
+from axl.core import nodeinfo_request
 from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import NodeIdentity
 from axl.node.core import NodeCore
@@ -132,3 +135,9 @@ def test_oversized_payload_is_refused_before_anything_is_sent(pair):
 def test_one_timer_covers_the_maintenance_tick():
     pair = Pair()
     assert pair.cores[0].get_timer() <= pair.now + 1.0
+
+
+def test_nodeinfo_reply_names_this_build() -> None:
+    core = NodeCore(NodeIdentity.from_seed(bytes([3]) * 32), SETTINGS, 0.0, rng=random.Random(3))
+    [reply] = core.core.handle(bytes(32), nodeinfo_request(), 0.0)
+    assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__}

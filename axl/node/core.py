@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from axl import routing, sessions
+from axl import __version__, routing, sessions
 from axl.core import Core, DeliverIPv6, SendMessage
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
@@ -38,7 +38,7 @@ from axl.wire import DecodeError
 log = logging.getLogger("axl.node")
 
 TICK_INTERVAL = 1.0
-NODEINFO = {"buildname": "axl-py", "buildversion": "0.1.0"}
+NODEINFO = {"buildname": "axl-py", "buildversion": __version__}
 
 LinkWrite = SendFrame | SendTraffic
 
