@@ -54,7 +54,7 @@ class Params:
     d_high: int = 6
     d_lazy: int = 3
     heartbeat_interval: float = 0.5
-    mcache_len: int = 6
+    mcache_len: int = 120  # 60 s at the default heartbeat: a pull that arrives late is still served
     mcache_gossip: int = 3
     seen_ttl: float = 120.0
     fanout_ttl: float = 60.0
