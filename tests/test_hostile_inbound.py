@@ -37,6 +37,9 @@ def test_a_huge_integer_is_a_decode_error_not_a_value_error() -> None:
 class Exploding:
     """An inbound handler with a bug: every dispatch raises."""
 
+    def claims(self, message: bytes) -> bool:
+        return True
+
     async def dispatch(self, sender: bytes, message: bytes):
         raise RuntimeError("bug in a handler")
 

@@ -110,6 +110,12 @@ class InboundDispatcher:
             await self._session.close()
         self._session = None
 
+    def claims(self, payload: bytes) -> bool:
+        """Whether ``payload`` is an envelope for an enabled adapter (what
+        ``dispatch`` answers); anything else goes straight to /recv."""
+        return classify(payload, mcp_enabled=self.settings.router_url is not None,
+                        a2a_enabled=self.settings.a2a_url is not None) is not None
+
     async def dispatch(self, from_key: bytes, payload: bytes) -> DispatchResult:
         """Answer an MCP/A2A envelope from ``from_key``, or say the payload is not ours."""
         router_url, a2a_url = self.settings.router_url, self.settings.a2a_url

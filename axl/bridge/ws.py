@@ -99,9 +99,10 @@ def delivery_frame(message: QueuedMessage) -> bytes:
 
 
 def ack_text(number: int, status: int, error: str | None = None) -> str:
-    ack: dict[str, object] = {"ack": number, "status": status}
-    if error is not None:
-        ack["error"] = error
+    """`{"ack": n, "status": S}` (what json.dumps writes), with `"error"` when S is not 200."""
+    if error is None:
+        return f'{{"ack": {number}, "status": {status}}}'
+    ack: dict[str, object] = {"ack": number, "status": status, "error": error}
     return json.dumps(ack)
 
 

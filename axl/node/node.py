@@ -41,6 +41,8 @@ class DispatchOutcome(Protocol):
 class InboundHandler(Protocol):
     """Who may claim an inbound message before /recv (the MCP/A2A adapters)."""
 
+    def claims(self, message: bytes) -> bool: ...
+
     async def dispatch(self, sender: bytes, message: bytes) -> DispatchOutcome: ...
 
     def refusal(self, message: bytes) -> bytes | None: ...
@@ -106,7 +108,7 @@ class Node:
 
     def _settle(self, event: object) -> None:
         if isinstance(event, InboundMessage):
-            self._spawn(self._answer_inbound(event))
+            self._inbound(event)
             return
         future = self._waiting.pop(event.handle, None)
         if future is None or future.done():
@@ -198,14 +200,38 @@ class Node:
         self._drain()
         return future
 
-    async def _answer_inbound(self, event: InboundMessage) -> None:
+    def _inbound(self, event: InboundMessage) -> None:
+        """An envelope the handler claims is dispatched in a task (an MCP
+        server may take a minute); any other message goes to the inbox at
+        once, with no task per message, so the inbox takes them in the
+        order they arrived."""
+        self.stats.message_received(event.sender, len(event.payload), time.time())
+        handler = self.inbound_handler
+        if handler is not None and handler.claims(event.payload):
+            self._spawn(self._dispatch_inbound(handler, event))
+        else:
+            self._answer(event.handle, self._queue_inbound(event.payload, event.sender))
+
+    async def _dispatch_inbound(self, handler: InboundHandler, event: InboundMessage) -> None:
         try:
-            verdict = await self.deliver_inbound(event.sender, event.payload)
+            outcome = await handler.dispatch(event.sender, event.payload)
+            verdict = outcome.reply if outcome.handled else self._queue_inbound(event.payload, event.sender)
         except Exception:
             log.exception("inbound dispatch failed; refusing the message")
             verdict = False
+        self._answer(event.handle, verdict)
+
+    def _queue_inbound(self, message: bytes, sender: bytes) -> bytes | None | bool:
+        """Into the inbox: the reply to write back (an envelope of a switched-off
+        adapter is told so), None for none, or False when the inbox refused it."""
+        if not self.inbox.put(sender, message):
+            return False
+        handler = self.inbound_handler
+        return handler.refusal(message) if handler is not None else None
+
+    def _answer(self, handle: int, verdict: bytes | None | bool) -> None:
         reply = verdict if isinstance(verdict, bytes) else None
-        self.core.answer_inbound(event.handle, verdict is not False, reply, time.monotonic(), flush=False)
+        self.core.answer_inbound(handle, verdict is not False, reply, time.monotonic(), flush=False)
         self._flush_soon()
 
     def _flush_soon(self) -> None:
@@ -220,22 +246,6 @@ class Node:
         self._flush_pending = False
         self.core.flush(time.monotonic())
         self._drain()
-
-    async def deliver_inbound(self, sender: bytes, message: bytes) -> bytes | None | bool:
-        """An application message arrived: MCP/A2A dispatch, else the inbox.
-
-        Returns the reply to write back (bytes), None when nothing is to be
-        written, or False when the inbox refused the message.
-        """
-        self.stats.message_received(sender, len(message), time.time())
-        handler = self.inbound_handler
-        if handler is not None:
-            result = await handler.dispatch(sender, message)
-            if result.handled:
-                return result.reply
-        if not self.inbox.put(sender, message):
-            return False
-        return handler.refusal(message) if handler is not None else None
 
     def topology(self) -> dict:
         return {
