@@ -15,9 +15,12 @@ when the bridge could not be reached) and the bridge's text.
 
 Each operation is described once, as a ``Call`` (what to ask) and a parser
 (what the answer means); the two clients differ only in how they carry a
-``Call`` over HTTP. A further transport (a ``/ws`` subscription for
-incoming messages, say) plugs in the same way: ``messages()`` is the one
-place that decides how incoming messages are fetched.
+``Call`` over HTTP.
+
+For many messages, ``AsyncClient.stream()`` opens one ``GET /ws``
+WebSocket (``MessageStream``): sends without an HTTP request each, many
+under way at once, each answered by its ack, and optionally this node's
+incoming messages pushed as they arrive.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ DEFAULT_URL = "http://127.0.0.1:9002"
 DEFAULT_TIMEOUT = 60.0
 # How much longer than the bridge's own wait an HTTP request may take.
 MARGIN_SECONDS = 10.0
+# /ws frames: a 32-byte peer key; deliveries start with an 8-byte message id.
+KEY_BYTES = 32
+ID_BYTES = 8
+DEFAULT_WINDOW = 64
+# A /ws connection pings this often, so a node that vanished is noticed.
+HEARTBEAT_SECONDS = 30.0
 
 T = TypeVar("T")
 
@@ -74,10 +83,15 @@ class RpcError(BridgeError):
 
 @dataclass(frozen=True)
 class Message:
-    """One message taken from the node's receive queue."""
+    """One message taken from the node's receive queue.
+
+    ``id`` is set for messages taken over ``/ws`` (``MessageStream``): the
+    node's own id for the message, the same if it is delivered again.
+    """
 
     sender: str
     body: bytes
+    id: int | None = None
 
     def text(self) -> str:
         return self.body.decode()
@@ -212,14 +226,17 @@ class AsyncClient:
             await self._session.close()
             self._session = None
 
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
     async def run(self, operation: Operation[T]) -> T:
         """Perform one operation; the other methods are this with a ready-made operation."""
         call = operation.call
         url = self.url + call.path
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
         try:
-            async with self._session.request(call.method, url, data=call.body, headers=call.headers,
+            async with self._http().request(call.method, url, data=call.body, headers=call.headers,
                                              timeout=aiohttp.ClientTimeout(total=call.timeout)) as response:
                 reply = Reply(response.status, {k.lower(): v for k, v in response.headers.items()},
                               await response.read())
@@ -257,6 +274,16 @@ class AsyncClient:
     def __aiter__(self) -> AsyncIterator[Message]:
         return self.messages()
 
+    def stream(self, *, receive: bool = False, window: int = DEFAULT_WINDOW) -> "MessageStream":
+        """One ``/ws`` WebSocket for many messages: ``async with node.stream() as ws:``.
+
+        ``await ws.send(peer, body)`` returns the message's ``Ack``; many sends may
+        be under way at once. With ``receive=True`` it also takes this node's
+        incoming messages, at most ``window`` of them not yet handled:
+        ``async for message in ws.messages(): ...``.
+        """
+        return MessageStream(self._http(), self.url, self.operations.timeout, receive, window)
+
     async def mcp(self, peer: str, service: str, method: str, params: dict[str, Any] | None = None) -> Any:
         """One JSON-RPC request to MCP ``service`` next to ``peer``; returns its ``result``."""
         return await self.run(self.operations.mcp(peer, service, method, params))
@@ -274,6 +301,205 @@ class AsyncClient:
     async def a2a_send(self, peer: str, text: str) -> dict[str, Any]:
         """Send one text message to the A2A agent next to ``peer``; returns the task."""
         return _task_of(await self.run(self.operations.a2a_send(peer, text)))
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A message sent over ``/ws`` that is in the receiver's queue; ``number`` is
+    its frame's number on the connection (1, 2, 3, ...)."""
+
+    number: int
+
+
+def _frame_key(peer: str, url: str) -> bytes:
+    try:
+        key = bytes.fromhex(peer)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise BridgeError(400, f"peer id must be {2 * KEY_BYTES} hex digits, not {peer!r}", url)
+    return key
+
+
+class MessageStream:
+    """One ``/ws`` connection (``AsyncClient.stream()``): pipelined sends, each
+    answered by its ack, and with ``receive`` this node's incoming messages.
+
+    One task reads the socket: it settles each send's future from its ack and
+    queues deliveries. Frames to one peer arrive in the order sent. The node
+    stops reading the socket while 256 frames await their ack, so a sender that
+    outruns delivery waits in ``start_send``.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, timeout: float, receive: bool,
+                 window: int) -> None:
+        self.url = f"{url}/ws" + (f"?recv=1&window={window}" if receive else "")
+        self.timeout = timeout
+        self.receive = receive
+        self._session = session
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._sent = 0
+        self._pending: dict[int, asyncio.Future[Ack]] = {}
+        self._arrived: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._handed_out: int | None = None
+        self._done: list[int] = []
+        self._ended: BridgeError | None = None
+        self._closing = False
+
+    async def __aenter__(self) -> "MessageStream":
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type | None, *exc_info: object) -> None:
+        await self.close(finished=exc_type is None)
+
+    async def open(self) -> None:
+        try:
+            self._ws = await self._session.ws_connect(
+                self.url, compress=0, max_msg_size=0, heartbeat=HEARTBEAT_SECONDS,
+                timeout=aiohttp.ClientWSTimeout(ws_close=MARGIN_SECONDS))
+        except aiohttp.WSServerHandshakeError as error:
+            raise BridgeError(error.status, error.message, self.url) from None
+        except aiohttp.ClientConnectionError as error:
+            raise BridgeUnreachable(None, f"cannot connect ({error.__class__.__name__})", self.url) from None
+        self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
+
+    async def close(self, finished: bool = True) -> None:
+        """Close the connection, marking the handled messages done. When
+        ``finished`` (the ``async with`` block ended without an exception), the
+        last message handed out counts as handled too, and the acks of the
+        sends under way are awaited first: the node drops the frames it has
+        not started once the client is gone."""
+        ws, reader = self._ws, self._reader
+        if ws is None or reader is None:
+            return
+        if self._ended is None:
+            if finished:
+                self._handled()
+            await self._send_done(ws)
+            if finished and self._pending:
+                await asyncio.wait(list(self._pending.values()), timeout=self.timeout)
+        self._closing = True
+        await ws.close()
+        await asyncio.wait({reader}, timeout=MARGIN_SECONDS)
+        reader.cancel()
+
+    # -- sending -------------------------------------------------------------
+
+    async def start_send(self, peer: str, body: bytes | str) -> asyncio.Future[Ack]:
+        """Write one message; the returned future settles with its ``Ack``, or with
+        the ``BridgeError`` that ``AsyncClient.send`` would raise (502, 503, ...).
+        Returns as soon as the frame is written, so many can be under way."""
+        ws = self._open_socket()
+        frame = _frame_key(peer, self.url) + (body.encode() if isinstance(body, str) else body)
+        self._sent += 1
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        self._pending[self._sent] = future
+        try:
+            await ws.send_bytes(frame)
+        except (ConnectionError, aiohttp.ClientConnectionError):
+            self._pending.pop(self._sent, None)
+            raise BridgeError(None, "the /ws connection is closed", self.url) from None
+        return future
+
+    async def send(self, peer: str, body: bytes | str) -> Ack:
+        """Deliver ``body`` into ``peer``'s receive queue; returns its ack once it is there."""
+        future = await self.start_send(peer, body)
+        try:
+            return await asyncio.wait_for(future, self.timeout)
+        except asyncio.TimeoutError:
+            raise BridgeError(None, f"no ack within {self.timeout:g} s", self.url) from None
+
+    def _open_socket(self) -> aiohttp.ClientWebSocketResponse:
+        if self._ended is not None:
+            raise self._ended
+        if self._ws is None:
+            raise BridgeError(None, "the /ws stream is not open (use async with)", self.url)
+        return self._ws
+
+    # -- receiving -----------------------------------------------------------
+
+    async def messages(self) -> AsyncIterator[Message]:
+        """This node's incoming messages, each with its ``id``.
+
+        A message counts as handled, and is marked done, once the next one is
+        asked for (or the ``async with`` block ends without an exception). One
+        not done when the connection closes goes back to the front of the
+        node's queue, for the next receiver. Ends when the stream is closed;
+        raises ``BridgeError`` if the connection is lost.
+        """
+        if not self.receive:
+            raise ValueError("open the stream with receive=True to take messages")
+        ws = self._open_socket()
+        while True:
+            self._handled()
+            if self._arrived.empty():
+                await self._send_done(ws)
+            message = await self._arrived.get()
+            if message is None:
+                self._arrived.put_nowait(None)
+                if self._closing:
+                    return
+                raise self._ended or BridgeError(None, "the /ws connection closed", self.url)
+            self._handed_out = message.id
+            yield message
+
+    def _handled(self) -> None:
+        if self._handed_out is not None:
+            self._done.append(self._handed_out)
+            self._handed_out = None
+
+    async def _send_done(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Mark the handled messages done, all in one frame."""
+        if not self._done:
+            return
+        ids, self._done = self._done, []
+        try:
+            await ws.send_str(json.dumps({"done": ids}))
+        except (ConnectionError, aiohttp.ClientConnectionError):
+            pass  # the node gives them back to its queue: they are delivered again
+
+    # -- the reader ----------------------------------------------------------
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        reason = ""
+        try:
+            while True:
+                message = await ws.receive()
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    self._acked(json.loads(message.data))
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    data = message.data
+                    self._arrived.put_nowait(Message(data[ID_BYTES:ID_BYTES + KEY_BYTES].hex(),
+                                                     data[ID_BYTES + KEY_BYTES:],
+                                                     int.from_bytes(data[:ID_BYTES], "big")))
+                else:
+                    if message.type == aiohttp.WSMsgType.CLOSE:
+                        reason = f" ({message.data}: {message.extra or ''})"
+                    return
+        finally:
+            self._end(reason)
+
+    def _acked(self, ack: dict[str, Any]) -> None:
+        future = self._pending.pop(ack["ack"], None)
+        if future is None or future.done():
+            return
+        if ack["status"] == 200:
+            future.set_result(Ack(ack["ack"]))
+        else:
+            future.set_exception(BridgeError(ack["status"], ack.get("error", ""), self.url))
+
+    def _end(self, reason: str) -> None:
+        """The connection is gone: sends without an ack have an unknown fate."""
+        self._ended = BridgeError(None, f"the /ws connection closed{reason}", self.url)
+        unknown = BridgeError(None, f"the /ws connection closed{reason} before the ack; the message "
+                                    f"may or may not have been delivered", self.url)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(unknown)
+        self._pending.clear()
+        self._arrived.put_nowait(None)
 
 
 class Client:
