@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -115,9 +116,19 @@ async def _serve_fake(config_path: Path) -> None:
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def ws_receive(request: web.Request) -> web.WebSocketResponse:
+        """/ws?recv=1 without its window: frames of id, sender key, payload; done frames go unread."""
+        receiver = web.WebSocketResponse()
+        await receiver.prepare(request)
+        for number in itertools.count(1):
+            sender, body = await inbox.get()
+            await receiver.send_bytes(number.to_bytes(8, "big") + bytes.fromhex(sender) + body)
+        return receiver
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.add_routes([web.get("/topology", topology), web.post("/send", send), web.post("/deliver", deliver),
-                    web.get("/recv", recv), web.get("/health", health)])
+                    web.get("/recv", recv), web.get("/health", health),
+                    web.get("/ws", ws_receive)])
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", json.loads(config_path.read_text())["api_port"]).start()
