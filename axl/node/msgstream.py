@@ -251,7 +251,8 @@ class StreamReceiver:
             end = offset + _MESSAGE.size + length
             if len(buffer) < end:
                 break
-            payload = bytes(buffer[offset + _MESSAGE.size:end])
+            with memoryview(buffer) as view:  # one copy of the payload, not two
+                payload = bytes(view[offset + _MESSAGE.size:end])
             offset = end
             if seq <= self.record.taken_upto:
                 events.append(Answered(seq, self.record.status_of(seq)))

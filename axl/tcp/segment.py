@@ -111,17 +111,17 @@ def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 
     header_size = TCP_HEADER_SIZE + len(options)
     payload = segment.payload
     tcp_length = header_size + len(payload)
-    header = _TCP_HEADER.pack(
+    header = bytearray(_TCP_HEADER.pack(
         segment.src_port, segment.dst_port, segment.seq & 0xFFFFFFFF, segment.ack & 0xFFFFFFFF,
         (header_size // 4) << 4, segment.flags, segment.window, 0, segment.urgent,
-    ) + options
-    tcp = bytearray(header)
-    tcp += payload
-    checksum = internet_checksum(pseudo_header(src, dst, tcp_length, NEXT_HEADER_TCP) + tcp)
-    struct.pack_into("!H", tcp, 16, checksum)
+    ) + options)
+    # The header is a multiple of 4 bytes, so the parts sum as one buffer
+    # would; the payload is copied once, into the packet.
+    checksum = internet_checksum(pseudo_header(src, dst, tcp_length, NEXT_HEADER_TCP), header, payload)
+    struct.pack_into("!H", header, 16, checksum)
     ip_header = IPv6Header(src=src, dst=dst, next_header=NEXT_HEADER_TCP,
                            payload_length=tcp_length, hop_limit=hop_limit)
-    return ip_header.encode() + tcp
+    return b"".join((ip_header.encode(), header, payload))
 
 
 def decode_packet(packet: bytes, verify_checksum: bool = True) -> TcpPacket:
@@ -147,7 +147,7 @@ def decode_packet(packet: bytes, verify_checksum: bool = True) -> TcpPacket:
         raise TcpDecodeError(f"bad TCP data offset {header_size}")
     if verify_checksum:
         pseudo = pseudo_header(header.src, header.dst, len(tcp), NEXT_HEADER_TCP)
-        if internet_checksum(pseudo + tcp) != 0:
+        if internet_checksum(pseudo, tcp) != 0:
             raise ChecksumError("TCP checksum mismatch")
     segment = TcpSegment(src_port=src_port, dst_port=dst_port, seq=seq, ack=ack,
                          flags=flags, window=window, payload=bytes(tcp[header_size:]),
