@@ -112,6 +112,6 @@ def test_other_keys_are_refused_by_name(tmp_path):
 
 def test_parse_peer_id():
     assert parse_peer_id("ab" * 32) == b"\xab" * 32
-    for bad in ("ab" * 31, "zz" * 32, "", "ab " * 16 + "ab" * 8):
+    for bad in ("ab" * 31, "zz" * 32, "", "ab " * 16 + "ab" * 8, "ab" * 31 + "  ", "\u00e9" * 64):
         with pytest.raises(ValueError):
             parse_peer_id(bad)
