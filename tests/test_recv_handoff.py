@@ -62,6 +62,44 @@ async def test_a_waiter_wakes_for_a_message_given_back() -> None:
     assert (await asyncio.wait_for(waiter, 5)).payload == b"x"
 
 
+async def test_waiting_polls_are_handed_messages_in_the_order_they_came() -> None:
+    inbox = Inbox(max_messages=10, max_bytes=1000)
+    first = asyncio.ensure_future(inbox.get(5))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(inbox.get(5))
+    await asyncio.sleep(0)
+    assert inbox.put(SENDER, b"m1") and inbox.put(SENDER, b"m2")
+    assert len(inbox) == 0 and inbox.queued_bytes == 0
+    assert (await first).payload == b"m1"
+    assert (await second).payload == b"m2"
+
+
+async def test_a_poll_whose_client_left_or_whose_time_ran_out_takes_nothing() -> None:
+    inbox = Inbox(max_messages=10, max_bytes=1000)
+    client_closed = asyncio.get_running_loop().create_future()
+    leaving = asyncio.ensure_future(inbox.get(30, until=client_closed))
+    expiring = asyncio.ensure_future(inbox.get(0.05))
+    await asyncio.sleep(0)
+    client_closed.set_result(None)
+    assert await asyncio.wait_for(leaving, 1) is None
+    assert await asyncio.wait_for(expiring, 1) is None
+    assert inbox.put(SENDER, b"kept")
+    assert len(inbox) == 1
+    assert await inbox.get(1, until=client_closed) is None
+    assert len(inbox) == 1
+
+
+async def test_a_poll_cancelled_after_its_message_was_handed_over_gives_it_back() -> None:
+    inbox = Inbox(max_messages=10, max_bytes=1000)
+    poll = asyncio.ensure_future(inbox.get(5))
+    await asyncio.sleep(0)
+    assert inbox.put(SENDER, b"m1")
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    assert inbox.get_nowait().payload == b"m1"
+
+
 # -- real nodes -----------------------------------------------------------------
 
 

@@ -51,7 +51,7 @@ class BridgeNode(ObservedNode, Protocol):
 
     def keeps_order(self, dest_key: bytes) -> bool: ...
 
-    async def recv(self, wait: float) -> QueuedMessage | None: ...
+    async def recv(self, wait: float, until: asyncio.Future | None = None) -> QueuedMessage | None: ...
 
     def give_back(self, messages: list[QueuedMessage]) -> None: ...
 
@@ -59,7 +59,7 @@ class BridgeNode(ObservedNode, Protocol):
 
 
 class ClientWatch:
-    """An event per open client connection, set when that connection closes.
+    """A future per open client connection, settled when that connection closes.
 
     The bridge runs without aiohttp's handler_cancellation, so a handler
     whose client has left keeps running. A long poll must notice, or it
@@ -68,22 +68,32 @@ class ClientWatch:
     """
 
     def __init__(self) -> None:
-        self._gone: dict[object, asyncio.Event] = {}
+        self._closed: dict[object, asyncio.Future[None]] = {}
 
     def opened(self, transport: object) -> None:
-        self._gone[transport] = asyncio.Event()
+        self._closed[transport] = asyncio.get_running_loop().create_future()
 
     def closed(self, transport: object) -> None:
-        event = self._gone.pop(transport, None)
-        if event is not None:
-            event.set()
+        closed = self._closed.pop(transport, None)
+        if closed is not None and not closed.done():
+            closed.set_result(None)
 
-    def gone(self, request: web.Request) -> asyncio.Event | None:
-        """The event for `request`'s connection; None when it is already closed."""
+    def closing(self, request: web.Request) -> asyncio.Future[None] | None:
+        """The future `request`'s connection settles on closing; None when it is already closed."""
         transport = request.transport
         if transport is None or transport.is_closing():
             return None
-        return self._gone.get(transport, asyncio.Event())
+        closed = self._closed.get(transport)
+        return closed if closed is not None else asyncio.get_running_loop().create_future()
+
+    def gone(self, request: web.Request) -> asyncio.Event | None:
+        """An event set when `request`'s connection closes; None when it is already closed."""
+        closed = self.closing(request)
+        if closed is None:
+            return None
+        event = asyncio.Event()
+        closed.add_done_callback(lambda _: event.set())
+        return event
 
 
 def text_error(status: int, message: str) -> web.Response:
@@ -177,19 +187,10 @@ async def take_for_client(request: web.Request, node: BridgeNode, wait: float) -
     Waits up to `wait` seconds for a message or for the client to leave,
     whichever comes first; a client that left gets nothing taken for it.
     """
-    gone = request.app["clients"].gone(request)
-    if gone is None:
+    closed = request.app["clients"].closing(request)
+    if closed is None:
         return None
-    taking = asyncio.ensure_future(node.recv(wait))
-    leaving = asyncio.ensure_future(gone.wait())
-    try:
-        await asyncio.wait((taking, leaving), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        leaving.cancel()
-        taken = taking.done()
-        if not taken:
-            taking.cancel()
-    return taking.result() if taken else None
+    return await node.recv(wait, until=closed)
 
 
 def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = None,

@@ -5,6 +5,9 @@ the oldest: a refused message is reported to its sender (HTTP 503 there),
 so nothing that was acknowledged is ever lost. A message taken out for a
 client that then cannot be given it (the HTTP client left, a WebSocket
 closed before saying "done") is given back to the front of the queue.
+
+A long poll waiting on an empty queue is handed the next message directly
+(first come, first served): no wake-up of every poller, no task, one timer.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from itertools import count
 
 
@@ -31,7 +35,7 @@ class Inbox:
         self.max_bytes = max_bytes
         self._messages: deque[InboxMessage] = deque()
         self._bytes = 0
-        self._arrived = asyncio.Event()
+        self._waiters: deque[asyncio.Future[InboxMessage | None]] = deque()
         self._ids = count(1)
 
     def __len__(self) -> int:
@@ -50,10 +54,21 @@ class Inbox:
     def put(self, sender: bytes, payload: bytes) -> bool:
         if not self.has_room(len(payload)):
             return False
-        self._messages.append(InboxMessage(next(self._ids), sender, payload))
-        self._bytes += len(payload)
-        self._arrived.set()
+        message = InboxMessage(next(self._ids), sender, payload)
+        if not self._hand_over(message):
+            self._messages.append(message)
+            self._bytes += len(payload)
         return True
+
+    def _hand_over(self, message: InboxMessage) -> bool:
+        """Give `message` to the longest-waiting poll still waiting, if any."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(message)
+                return True
+        return False
 
     def give_back(self, messages: Iterable[InboxMessage]) -> None:
         """Return taken messages to the front, in their order, even over the bounds.
@@ -61,35 +76,52 @@ class Inbox:
         They were accepted (their sender saw 200) before they were taken, so
         refusing them now would lose them; the bounds apply to new arrivals.
         """
-        returned = list(messages)
+        returned = deque(messages)
+        while returned and self._hand_over(returned[0]):
+            returned.popleft()
         self._messages.extendleft(reversed(returned))
         self._bytes += sum(len(message.payload) for message in returned)
-        if self._messages:
-            self._arrived.set()
 
     def get_nowait(self) -> InboxMessage | None:
         if not self._messages:
             return None
         message = self._messages.popleft()
         self._bytes -= len(message.payload)
-        if not self._messages:
-            self._arrived.clear()
         return message
 
-    async def get(self, wait: float) -> InboxMessage | None:
-        """Dequeue one message, waiting up to `wait` seconds for one to arrive."""
+    async def get(self, wait: float, until: asyncio.Future | None = None) -> InboxMessage | None:
+        """Dequeue one message, waiting up to `wait` seconds for one to arrive,
+        or None once `until` (if given) settles: the client has left.
+
+        A caller cancelled after a message was handed to it gives it back.
+        """
+        if until is not None and until.done():
+            return None
         message = self.get_nowait()
         if message is not None or wait <= 0:
             return message
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while message is None:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
-            try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
-            except asyncio.TimeoutError:
-                return None
-            message = self.get_nowait()
-        return message
+        waiter: asyncio.Future[InboxMessage | None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_later(wait, _give_up, waiter)
+        gives_up = partial(_give_up, waiter)
+        if until is not None:
+            until.add_done_callback(gives_up)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                self.give_back([waiter.result()])
+            raise
+        finally:
+            timer.cancel()
+            if until is not None:
+                until.remove_done_callback(gives_up)
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+def _give_up(waiter: asyncio.Future, _settled: object = None) -> None:
+    """A poll's wait is over (its time ran out or its client left): it gets None."""
+    if not waiter.done():
+        waiter.set_result(None)

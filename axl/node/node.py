@@ -181,8 +181,9 @@ class Node:
         even while earlier ones are unanswered (see MessageLayer.keeps_order)."""
         return self.core.messages.keeps_order(dest_key)
 
-    async def recv(self, wait: float) -> InboxMessage | None:
-        return await self.inbox.get(wait)
+    async def recv(self, wait: float, until: asyncio.Future | None = None) -> InboxMessage | None:
+        """The next queued message, waiting up to `wait` seconds, or None once `until` settles."""
+        return await self.inbox.get(wait, until)
 
     def give_back(self, messages: list[InboxMessage]) -> None:
         """Messages taken by `recv` that their client never got go back to the front."""
