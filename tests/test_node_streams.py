@@ -10,6 +10,7 @@ from test_node_core import SETTINGS, Pair
 
 from axl.errors import DeliveryTimeout, ReceiverFull
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
+from axl.routing.frames import split_frame
 
 NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
 
@@ -160,3 +161,30 @@ def test_order_is_kept_once_connected_through_a_reconnection_and_never_toward_th
     toward_go.cores[0].send_message(toward_go.keys[1], b"g", toward_go.now)
     answer_all(toward_go)
     assert not toward_go.cores[0].messages.keeps_order(toward_go.keys[1])
+
+
+def receive_and_answer(pair: Pair, payload: bytes, flush: bool) -> int:
+    """Send one message on the open stream; the receiver takes its frames with
+    `flush`, answers, then flushes. Returns how many frames it writes back."""
+    sender, receiver = pair.cores
+    sender.send_message(pair.keys[1], payload, pair.now)
+    for write in sender.frames_to_send():
+        receiver.frame_received(1, *split_frame(write.frame), pair.now, flush=flush)
+    written = len(receiver.frames_to_send())
+    [inbound] = [event for event in iter(receiver.next_event, None) if isinstance(event, InboundMessage)]
+    receiver.answer_inbound(inbound.handle, True, None, pair.now, flush=False)
+    receiver.flush(pair.now)
+    return written + len(receiver.frames_to_send())
+
+
+def test_an_answer_given_before_the_flush_carries_the_tcp_ack():
+    pair = Pair()
+    pair.run(3.0)
+    pair.cores[0].send_message(pair.keys[1], b"opens the stream", pair.now)
+    assert answer_all(pair) == [b"opens the stream"]
+    pair.run(1.0)
+    assert receive_and_answer(pair, b"immediate", flush=True) == 2  # a bare ACK, then the answer
+    pair.run(1.0)
+    assert receive_and_answer(pair, b"deferred", flush=False) == 1
+    pair.run(1.0)
+    assert len(pair.take(0, Acknowledged)) == 3

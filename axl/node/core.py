@@ -86,9 +86,16 @@ class NodeCore:
         if self.links.pop(link_id, None) is not None:
             self.apply(self.router.remove_link(link_id, now), now)
 
-    def frame_received(self, link_id: int, ftype: int, body: bytes, now: float) -> None:
-        """Raises DecodeError for a malformed frame: the link that carried it must close."""
-        self.apply(self.router.handle_frame(link_id, ftype, body, now), now)
+    def frame_received(self, link_id: int, ftype: int, body: bytes, now: float, *,
+                       flush: bool = True) -> None:
+        """Raises DecodeError for a malformed frame: the link that carried it must close.
+
+        With `flush` false the TCP stack's segments wait for `flush()`: the
+        acknowledgements of every frame read in one event-loop turn then leave
+        as one segment, riding on the answers written meanwhile (a message
+        stream's acks) instead of going out alone first. Frames to forward
+        and the message layer's events are ready at once either way."""
+        self.apply(self.router.handle_frame(link_id, ftype, body, now), now, flush=flush)
 
     def frames_to_send(self) -> list[LinkWrite]:
         """Frames to write since the last call: SendFrame ahead of any queue,
@@ -156,9 +163,9 @@ class NodeCore:
 
     # -- the action pump ------------------------------------------------
 
-    def apply(self, actions: list[Any], now: float) -> None:
+    def apply(self, actions: list[Any], now: float, *, flush: bool = True) -> None:
         """Run actions to completion, breadth first, then the TCP stack's
-        output, until nothing is left to do."""
+        output (unless `flush` is false), until nothing is left to do."""
         pending = self._pending
         pending.extend(actions)
         while True:
@@ -176,6 +183,8 @@ class NodeCore:
                     # asynchronously, so a payload can never close a link).
                     log.exception("dropped %s after an internal error", type(action).__name__)
             self.messages.process(now)
+            if not flush:
+                return
             packets = self.stack.packets_to_send(now)
             if not packets:
                 return

@@ -154,8 +154,9 @@ class Node:
         self._drain()
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
-        self.core.frame_received(link.link_id, ftype, body, time.monotonic())
+        self.core.frame_received(link.link_id, ftype, body, time.monotonic(), flush=False)
         self._drain()
+        self._flush_soon()
 
     def link_down(self, link: Link, reason: str) -> None:
         self.stats.link_down(link.remote_key, link.link_id, reason, time.time())
