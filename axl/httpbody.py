@@ -40,6 +40,14 @@ async def read_limited_body(request: web.Request, limit: int, timeout: float) ->
     its end (and dropped), so that the client can read the 413.
     """
     declared = request.content_length
+    content = request.content
+    if content.is_eof() and (declared is None or declared <= limit):
+        # The whole body came with the headers (any small /send does): take
+        # it as it is, with no deadline to arm and no chunk loop to run.
+        body = content.read_nowait()
+        if len(body) > limit:
+            raise MessageTooLarge(f"payload exceeds max_message_size {limit}")
+        return body
     chunks: list[bytes] = []
     size = 0
     try:

@@ -86,6 +86,22 @@ def test_chunked_body_over_the_limit_gets_413(nodes) -> None:
         connection.close()
 
 
+def chunked_status(node, body: bytes) -> bytes:
+    """Status line for a chunked /send whose whole body leaves in one write with its headers."""
+    with socket.create_connection(("127.0.0.1", node.api_port), timeout=30) as sock:
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {node.peer_id}\r\n"
+                     f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{len(body):x}\r\n".encode()
+                     + body + b"\r\n0\r\n\r\n")
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+
+
+def test_a_chunked_body_that_arrived_whole_is_held_to_the_limit(nodes) -> None:
+    small, _ = nodes
+    assert chunked_status(small, b"c" * (SMALL_LIMIT + 1)).startswith(b"HTTP/1.1 413 ")
+    assert chunked_status(small, b"c" * SMALL_LIMIT).startswith(b"HTTP/1.1 200 ")
+    assert small.recv(5)[2] == b"c" * SMALL_LIMIT
+
+
 def test_expect_continue_gets_413_before_any_body(nodes) -> None:
     small, _ = nodes
     with socket.create_connection(("127.0.0.1", small.api_port), timeout=10) as sock:
