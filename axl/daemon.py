@@ -45,7 +45,11 @@ async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
         return 1
     await stopped.wait()
     log.info("stopping")
-    await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
+    try:
+        await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
+    except TimeoutError:
+        log.error("stopping took over %.0f s; exiting without waiting further", STOP_TIMEOUT)
+        return 1
     return 0
 
 

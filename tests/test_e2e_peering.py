@@ -1,11 +1,13 @@
 """Real axl-node processes: peerings come up, go down and come back."""
 
+import asyncio
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from nodes import Cluster, NodeProcess, up_peers, wait_until
@@ -71,6 +73,29 @@ def test_sigterm_stops_within_two_seconds(tmp_path):
     assert time.monotonic() - started < 2.5
     log = node.log_path.read_text()
     assert node.peer_id in log and "bridge listening" in log and "Traceback" not in log
+
+
+async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):
+    """A client holding a long poll and a /ws connection does not hold the node
+    up: the poll answers 204, the WebSocket is closed 1001, the exit is clean."""
+    node = Cluster(tmp_path).add("solo")
+    node.start()
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(node.url + "/ws")
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.api_port)
+        writer.write(b"GET /recv?wait=30 HTTP/1.1\r\nHost: node\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the node reads the request and waits for a message
+        started = time.monotonic()
+        assert await asyncio.to_thread(node.stop) == 0
+        assert time.monotonic() - started < 2.5
+        status_line = await asyncio.wait_for(reader.readline(), 5)
+        assert status_line.split()[1] == b"204"
+        writer.close()
+        closing = await asyncio.wait_for(ws.receive(), 5)
+        assert (closing.type, closing.data) == (aiohttp.WSMsgType.CLOSE, 1001)
+    log = node.log_path.read_text()
+    assert "stopped" in log and "Traceback" not in log
 
 
 def test_health_and_unimplemented_free_errors(tmp_path):

@@ -15,7 +15,7 @@ from aiohttp import ClientConnectionError, web
 
 from axl.config import NodeConfig
 from axl.adapters import AgentBridgeSettings, add_agent_routes
-from axl.bridge.ws import ReceiverSlot, handle_ws
+from axl.bridge.ws import ReceiverSlot, handle_ws, track_streams
 from axl.errors import DeliveryError, status_for
 from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
@@ -85,6 +85,13 @@ class ClientWatch:
             return None
         closed = self._closed.get(transport)
         return closed if closed is not None else asyncio.get_running_loop().create_future()
+
+    def release_all(self) -> None:
+        """The node is stopping: treat every connection as closing, so long
+        polls answer 204 at once and take nothing from the queue."""
+        for closed in self._closed.values():
+            if not closed.done():
+                closed.set_result(None)
 
     def gone(self, request: web.Request) -> asyncio.Event | None:
         """An event set when `request`'s connection closes; None when it is already closed."""
@@ -193,12 +200,18 @@ async def take_for_client(request: web.Request, node: BridgeNode, wait: float) -
     return await node.recv(wait, until=closed)
 
 
+async def _release_clients(app: web.Application) -> None:
+    app["clients"].release_all()
+
+
 def build_app(node: BridgeNode, agent_settings: AgentBridgeSettings | None = None,
               clients: ClientWatch | None = None) -> web.Application:
     app = web.Application(client_max_size=node.max_message_size + 1)
     app["node"] = node
     app["clients"] = clients or ClientWatch()
     app["receiver"] = ReceiverSlot()
+    app.on_shutdown.append(_release_clients)
+    track_streams(app)
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send, expect_handler=refuse_oversized_early(node.max_message_size))

@@ -17,6 +17,9 @@ log = logging.getLogger("axl.bridge")
 HEADER_END = b"\r\n\r\n"
 # Idle keep-alive connections are closed after this long (aiohttp's default is an hour).
 KEEPALIVE_TIMEOUT = 75.0
+HANDLER_STOP_TIMEOUT = 2.0
+"""A stopping bridge cancels the handlers still running after this long (an
+event stream, an agent call); long polls and /ws end at once, on their own."""
 
 
 class HeaderDeadline(asyncio.Protocol):
@@ -89,7 +92,8 @@ class BridgeServer:
             body_timeout=float(self.config.conn_read_timeout_secs),
         ), clients)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     keepalive_timeout=KEEPALIVE_TIMEOUT)
+                                     keepalive_timeout=KEEPALIVE_TIMEOUT,
+                                     shutdown_timeout=HANDLER_STOP_TIMEOUT)
         await self._runner.setup()
         handler_factory = self._runner.server
         timeout = float(self.config.conn_read_timeout_secs)

@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -55,6 +56,11 @@ CLOSE_REASON_MAX = 120
 # A frame up to this much over the limit is read and acknowledged 413; aiohttp
 # closes the connection (1009) on a larger one instead of buffering it.
 OVERSIZE_SLACK = 64 << 10
+
+
+OPEN_STREAMS = "ws_open_streams"
+STOP_CLOSE_TIMEOUT = 1.0
+"""How long a stopping node waits for a /ws client to answer its close."""
 
 
 class ProtocolViolation(Exception):
@@ -379,6 +385,27 @@ async def _first_of(*events: asyncio.Event) -> None:
             wait.cancel()
 
 
+def track_streams(app: web.Application) -> None:
+    """Keep the open /ws connections, so that a stopping node closes them
+    (1001, going away) instead of waiting for their clients to leave."""
+    app[OPEN_STREAMS] = weakref.WeakSet()
+    app.on_shutdown.append(_close_streams)
+
+
+async def _close_streams(app: web.Application) -> None:
+    closing = [asyncio.ensure_future(_close_one(ws)) for ws in list(app[OPEN_STREAMS])]
+    if closing:
+        await asyncio.wait(closing)
+
+
+async def _close_one(ws: web.WebSocketResponse) -> None:
+    try:
+        await asyncio.wait_for(ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping"),
+                               STOP_CLOSE_TIMEOUT)
+    except (TimeoutError, ConnectionError, ClientConnectionError):
+        log.info("a /ws client did not answer the node's close")
+
+
 async def handle_ws(request: web.Request) -> web.StreamResponse:
     node: BridgeNode = request.app["node"]
     slot: ReceiverSlot = request.app["receiver"]
@@ -396,6 +423,7 @@ async def handle_ws(request: web.Request) -> web.StreamResponse:
     # its close completes finds both.
     ws = web.WebSocketResponse(max_msg_size=KEY_SIZE + node.max_message_size + OVERSIZE_SLACK,
                                autoclose=False)
+    request.app[OPEN_STREAMS].add(ws)
     # None: the client has already gone, and prepare() below fails.
     gone = request.app["clients"].gone(request) or asyncio.Event()
     if receiving:
