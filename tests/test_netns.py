@@ -172,14 +172,24 @@ def test_traffic_reroutes_when_a_host_link_goes_down(hosts) -> None:
     wait_for(lambda: peer_ids["h2"] not in h3.up_peers(), 30, "h3 to notice its wire to h2 is down")
 
     sent = []
+    answers: dict[bytes, list[int]] = {}
+
+    def send(payload: bytes) -> bool:
+        status = h3.http("POST", "/send", payload, {"X-Destination-Peer-Id": peer_ids["h2"]})[0]
+        answers.setdefault(payload, []).append(status)
+        return status == 200
+
     for seq in range(5):
         payload = f"rerouted {seq}".encode()
-        wait_for(lambda: h3.http("POST", "/send", payload, {"X-Destination-Peer-Id": peer_ids["h2"]})[0] == 200,
-                 60, f"message {seq} from h3 to h2 through h1")
+        wait_for(lambda: send(payload), 60, f"message {seq} from h3 to h2 through h1")
         sent.append(payload)
     received = []
     while (answer := h2.http("GET", "/recv?wait=2"))[0] == 200:
         assert answer[1]["X-From-Peer-Id"] == peer_ids["h3"]
         received.append(answer[2])
-    assert received == sent
+    # A 504 means "not acknowledged in time": that try may still arrive, so
+    # resending after it may deliver twice. Nothing else may.
+    maybe_twice = {payload for payload, statuses in answers.items() if 504 in statuses[:-1]}
+    assert list(dict.fromkeys(received)) == sent, answers
+    assert all(received.count(payload) == 1 for payload in sent if payload not in maybe_twice), answers
     assert peer_ids["h2"] not in h3.up_peers()
