@@ -336,3 +336,23 @@ def test_timers_follow_now_while_the_wall_clock_steps_back():
             expired_at = second
     assert refreshed_at is not None and refreshed_at <= 5 + 240 + 2, "own info re-signed every 4 minutes"
     assert expired_at is not None and expired_at <= 5 + ROUTER_TIMEOUT + 2, "a silent peer's info expires"
+
+
+def test_a_waiting_packets_lookup_is_retried_every_second_for_fifteen() -> None:
+    """A lookup that found no filter is tried again each second while its
+    packet waits (a session Ack the peer will not ask for again), so it is
+    answered soon after the tree settles rather than after a growing gap."""
+    router = Router(NodeIdentity.generate(), now=NOW, rng=random.Random(3))
+    lookups: list[float] = []
+    pathfinder = router._pathfinder
+    original = pathfinder._send_lookup
+
+    def counting(dest: bytes) -> None:
+        lookups.append(router._now - NOW)
+        original(dest)
+
+    pathfinder._send_lookup = counting
+    router.send(NodeIdentity.generate().public_key, b"ack", NOW)
+    for second in range(1, 31):
+        router.tick(NOW + second)
+    assert lookups == [float(second) for second in range(16)]

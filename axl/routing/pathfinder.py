@@ -43,7 +43,7 @@ PATH_THROTTLE = 1.0
 # local sender that targets ever new destinations.
 MAX_RUMORS = 4096
 # Lookups re-sent for a rumor still holding a packet (see retry_waiting_rumors).
-RUMOR_RETRIES = 5
+RUMOR_RETRIES = 15
 
 
 @dataclass
@@ -176,19 +176,22 @@ class Pathfinder:
         self._send_lookup(dest)
 
     def retry_waiting_rumors(self) -> None:
-        """Re-send the lookup of a rumor that still holds a packet, 1, 2, 4, 8 and 16 s apart.
+        """Re-send the lookup of a rumor that still holds a packet, once a
+        second, RUMOR_RETRIES times.
 
         Go sends a rumor's lookup only when more traffic for it is written. A
-        lookup sent before the bloom filters have spread (just after peerings
-        come up) is then lost for good if nothing else follows; the classic
-        case is a session Ack, because the peer's session layer ignores the
-        Init retransmissions that would otherwise re-trigger it. The retries
-        respect the same 1 s throttle, so peers see ordinary lookups.
+        lookup sent while the bloom filters are still spreading or changing
+        (just after peerings come up, or while the tree settles) is then lost
+        for good if nothing else follows; the classic case is a session Ack,
+        because the peer's session layer ignores the Init retransmissions that
+        would otherwise re-trigger it. Retrying at the 1 s throttle is what a
+        sender with steady traffic would cause anyway, so peers see ordinary
+        lookups; 15 s outlasts the peer's connection attempt (about 9 s).
         """
         for rumor in list(self.rumors.values()):
             if rumor.cached is None or rumor.retries >= RUMOR_RETRIES:
                 continue
-            if self._now - rumor.send_time >= PATH_THROTTLE * (1 << rumor.retries):
+            if self._now - rumor.send_time >= PATH_THROTTLE:
                 rumor.retries += 1
                 rumor.send_time = self._now
                 self._send_lookup(rumor.cached.dest)
