@@ -59,6 +59,7 @@ def test_counters_move_with_relayed_traffic(trio) -> None:
         status, headers, body = c.recv(5)
         assert status == 200 and body == bytes([i]) * SIZE
     assert b.send(UNKNOWN_PEER, b"x", timeout=30)[0] == 502
+    assert b.request("GET", "/no-such-route", timeout=10)[0] == 404
     after = {node.name: scrape(node) for node in trio}
     sent, got, relay = (before["b"], after["b"]), (before["c"], after["c"]), (before["a"], after["a"])
 
@@ -68,6 +69,7 @@ def test_counters_move_with_relayed_traffic(trio) -> None:
     assert delta(*sent, "axl_send_ack_seconds_count") == MESSAGES
     assert delta(*sent, "axl_http_requests_total", route="/send", code="200") == MESSAGES
     assert delta(*sent, "axl_http_request_duration_seconds_count", route="/send") == MESSAGES + 1
+    assert delta(*sent, "axl_http_requests_total", route="unmatched", code="404") == 1
     assert value(after["b"], "axl_destination_failures_total", peer=UNKNOWN_PEER, status="502") == 1
     assert delta(*sent, "axl_destination_messages_total", peer=c.peer_id, direction="out") == MESSAGES
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from axl.adapters import AgentBridgeSettings
 from axl.bridge.app import BridgeNode, ClientWatch, build_app
 from axl.config import NodeConfig
+from axl.observe.web import ACCESS_LOG, OBSERVATORY
 
 log = logging.getLogger("axl.bridge")
 
@@ -91,7 +92,8 @@ class BridgeServer:
             max_message_size=self.config.max_message_size,
             body_timeout=float(self.config.conn_read_timeout_secs),
         ), clients)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+        self._runner = web.AppRunner(app, access_log=ACCESS_LOG,
+                                     access_log_class=app[OBSERVATORY].recorder, handle_signals=False,
                                      keepalive_timeout=KEEPALIVE_TIMEOUT,
                                      shutdown_timeout=HANDLER_STOP_TIMEOUT)
         await self._runner.setup()

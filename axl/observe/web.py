@@ -1,9 +1,10 @@
 """HTTP side of observability on the bridge: /metrics, /dashboard/ and its API.
 
-`add_observability` hangs everything on the bridge application: a
-middleware that times every request, the routes, and start/stop hooks for
-the sampler, the log ring and the event hub. The rest of the bridge does
-not know any of it exists.
+`add_observability` hangs everything on the bridge application: the
+routes and start/stop hooks for the sampler, the log ring and the event
+hub. Requests are timed by an access logger (`Observatory.recorder`) that
+the bridge's runner installs; the rest of the bridge does not know any of
+it exists.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from axl.observe import report
 from axl.observe.events import Event, EventHub
@@ -39,6 +41,7 @@ PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosni
 SSE_KEEPALIVE = 15.0
 DEFAULT_LOG_LIMIT = 100
 UNMATCHED_ROUTE = "unmatched"
+ACCESS_LOG = logging.getLogger("axl.bridge.access")
 
 
 class Observatory:
@@ -48,6 +51,7 @@ class Observatory:
         self.node = node
         self.sample_interval = sample_interval
         self.http = HttpStats()
+        self.recorder = request_recorder(self.http)
         self._registry: CollectorRegistry | None = None
         self.series = SeriesRing()
         self.events = EventHub()
@@ -87,25 +91,6 @@ class Observatory:
             await asyncio.sleep(self.sample_interval)
 
     # -- request accounting ----------------------------------------------
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        started = time.monotonic()
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:
-            self._record(request, exc.status, started)
-            raise
-        except Exception:
-            self._record(request, 500, started)
-            raise
-        self._record(request, response.status, started)
-        return response
-
-    def _record(self, request: web.Request, status: int, started: float) -> None:
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else UNMATCHED_ROUTE
-        self.http.observe(route, status, time.monotonic() - started)
 
     # -- handlers --------------------------------------------------------
 
@@ -188,9 +173,35 @@ def _json(document: dict) -> web.Response:
     return web.json_response(document, headers={"Cache-Control": "no-cache"})
 
 
+def request_recorder(stats: HttpStats) -> type[AbstractAccessLogger]:
+    """An aiohttp access logger class that counts requests into `stats`.
+
+    aiohttp calls a server's access logger once per request, after the
+    response went out, with the seconds since the request arrived. A
+    middleware doing the same put two more coroutines (it and aiohttp's
+    current-app wrapper, which exists only when middlewares do) on every
+    request. aiohttp makes the instance itself, hence a class per stats."""
+    class RequestRecorder(AbstractAccessLogger):
+        def log(self, request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> None:
+            stats.observe(route_of(request), response.status, seconds)
+    return RequestRecorder
+
+
+def route_of(request: web.BaseRequest) -> str:
+    """The route template answering `request`; unmatched for a 404 or a
+    request refused before routing. A malformed request is never routed,
+    and aiohttp's `match_info` property asserts on it, hence the attribute."""
+    match_info = getattr(request, "_match_info", None)
+    resource = match_info.route.resource if match_info is not None else None
+    return resource.canonical if resource is not None else UNMATCHED_ROUTE
+
+
+OBSERVATORY = web.AppKey("observatory", Observatory)
+
+
 def add_observability(app: web.Application, node: ObservedNode) -> Observatory:
     observatory = Observatory(node)
-    app.middlewares.append(observatory.middleware)
+    app[OBSERVATORY] = observatory
     app.on_startup.append(observatory.start)
     app.on_shutdown.append(observatory.shutdown)
     app.on_cleanup.append(observatory.cleanup)
