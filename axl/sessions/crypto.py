@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import nacl.bindings as sodium
+from nacl._sodium import ffi, lib
 from nacl.exceptions import CryptoError
 
 BOX_KEY_SIZE = 32
@@ -66,15 +67,48 @@ def box_nonce(counter: int) -> bytes:
     return _NONCE_PREFIX + struct.pack("!Q", counter)
 
 
-def seal(message: bytes, counter: int, key: bytes) -> bytes:
-    return sodium.crypto_box_afternm(message, box_nonce(counter), key)
+def seal(message: bytes, counter: int, key: bytes, header: bytes = b"", prefix: bytes = b"") -> bytes:
+    """`header` followed by the box of `prefix` + `message`.
+
+    The packet is laid out once in one buffer and encrypted in place by
+    libsodium's crypto_box_easy_afternm (tag in front, as crypto_box_afternm
+    without its zero padding): PyNaCl's crypto_box_afternm copies a 64 KiB
+    message four times (prefix, padding, a zeroed output, the slice off it)
+    and the caller twice more to add its prefix and header.
+    """
+    buffer = bytearray(header)
+    buffer += bytes(BOX_OVERHEAD)
+    buffer += prefix
+    buffer += message
+    start = len(header)
+    out = ffi.from_buffer("unsigned char[]", buffer)
+    length = len(buffer) - start - BOX_OVERHEAD
+    if lib.crypto_box_easy_afternm(out + start, out + start + BOX_OVERHEAD, length,
+                                   box_nonce(counter), key) != 0:
+        raise CryptoError("message too long to box")
+    return bytes(buffer)
 
 
-def open_box(boxed: bytes, counter: int, key: bytes) -> bytes | None:
-    """The plaintext, or None if the tag does not verify."""
+def open_parts(boxed: bytes | memoryview, counter: int, key: bytes,
+               head: int) -> tuple[bytes, bytes] | None:
+    """The plaintext split after `head` bytes (the first part shorter if the
+    plaintext is), or None if the tag does not verify.
+
+    libsodium writes the plaintext into one buffer (no padded copy of the
+    box, no zeroed output to slice); `boxed` may be a view into the packet.
+    """
     if len(boxed) < BOX_OVERHEAD:
         return None
-    try:
-        return sodium.crypto_box_open_afternm(boxed, box_nonce(counter), key)
-    except CryptoError:
+    plain = bytearray(len(boxed) - BOX_OVERHEAD)
+    if lib.crypto_box_open_easy_afternm(ffi.from_buffer("unsigned char[]", plain),
+                                        ffi.from_buffer(boxed), len(boxed),
+                                        box_nonce(counter), key) != 0:
         return None
+    view = memoryview(plain)
+    return bytes(view[:head]), bytes(view[head:])
+
+
+def open_box(boxed: bytes | memoryview, counter: int, key: bytes) -> bytes | None:
+    """The plaintext, or None if the tag does not verify."""
+    parts = open_parts(boxed, counter, key, 0)
+    return None if parts is None else parts[1]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from axl.identity import NodeIdentity
 from axl.sessions.crypto import (
-    BOX_KEY_SIZE, BOX_OVERHEAD, KeyPair, KeyPairFactory, curve_private_key, open_box,
+    BOX_KEY_SIZE, BOX_OVERHEAD, KeyPair, KeyPairFactory, curve_private_key, open_parts,
     random_key_pair, seal, shared_key,
 )
 from axl.sessions.handshake import (
@@ -317,9 +317,10 @@ class SessionManager:
             return []
         header = (bytes((TYPE_TRAFFIC,)) + encode_uvarint(session.local_key_seq)
                   + encode_uvarint(session.remote_key_seq) + encode_uvarint(session.send_nonce))
-        boxed = seal(session.next_own.public + message, session.send_nonce, session.send_shared)
+        packet = seal(message, session.send_nonce, session.send_shared,
+                      header=header, prefix=session.next_own.public)
         session.expires = now + SESSION_TIMEOUT
-        return [SendPacket(session.remote, header + boxed)]
+        return [SendPacket(session.remote, packet)]
 
     def _handle_traffic(self, remote: bytes, packet: bytes, now: float) -> list[Action]:
         session = self._live_session(remote, now)
@@ -343,10 +344,10 @@ class SessionManager:
             self.dropped["malformed"] += 1
             return []
         return self._open_traffic(session, remote_key_seq, local_key_seq, nonce,
-                                  packet[offset:], now)
+                                  memoryview(packet)[offset:], now)
 
     def _open_traffic(self, session: _Session, remote_key_seq: int, local_key_seq: int,
-                      nonce: int, boxed: bytes, now: float) -> list[Action]:
+                      nonce: int, boxed: memoryview, now: float) -> list[Action]:
         from_current = remote_key_seq == session.remote_key_seq
         from_next = remote_key_seq == session.remote_key_seq + 1
         to_recv = local_key_seq + 1 == session.local_key_seq
@@ -363,14 +364,14 @@ class SessionManager:
         if nonce <= last:
             self.dropped["replay"] += 1
             return []
-        plain = open_box(boxed, nonce, key) if session.shared_ok else None
-        if plain is None:
+        parts = open_parts(boxed, nonce, key, BOX_KEY_SIZE) if session.shared_ok else None
+        if parts is None:
             return self._send_handshake(TYPE_INIT, session.remote,
                                         self._own_handshake(session, now))
-        if len(plain) < BOX_KEY_SIZE:
+        inner_next, message = parts
+        if len(inner_next) < BOX_KEY_SIZE:
             self.dropped["short"] += 1
             return []
-        inner_next, message = plain[:BOX_KEY_SIZE], plain[BOX_KEY_SIZE:]
         self._after_decrypt(session, from_current, to_send, nonce, inner_next, now)
         return [DeliverPlaintext(session.remote, message)]
 
