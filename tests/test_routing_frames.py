@@ -75,6 +75,20 @@ def test_frame_decodes_and_reencodes(vector):
     assert encode_frame(ftype, decoded.encode()) == frame
 
 
+TRAFFIC_FRAMES = [f for f in ROUTING_FRAMES if f["decoded"]["type"] == 9]
+
+
+@pytest.mark.parametrize("vector", TRAFFIC_FRAMES, ids=[f["note"][:50] for f in TRAFFIC_FRAMES])
+def test_traffic_encodes_with_a_lowered_watermark(vector):
+    """A forwarder writes its own watermark; only that varint may change."""
+    traffic = decode_body(*split_frame(bytes.fromhex(vector["frame_hex"])))
+    for watermark in (0, 1, 300, traffic.watermark):
+        lowered = Traffic(traffic.path, traffic.from_path, traffic.source, traffic.dest, watermark,
+                          traffic.payload)
+        assert traffic.encode(watermark) == lowered.encode()
+        assert Traffic.decode(traffic.encode(watermark)).watermark == watermark
+
+
 @pytest.mark.parametrize("vector", ROUTING_FRAMES, ids=[f["note"][:50] for f in ROUTING_FRAMES])
 def test_signatures_recompute_from_seeds(vector):
     ftype, body = split_frame(bytes.fromhex(vector["frame_hex"]))

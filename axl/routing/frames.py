@@ -206,10 +206,13 @@ class Traffic:
     watermark: int
     payload: bytes
 
-    def encode(self) -> bytes:
+    def encode(self, watermark: int | None = None) -> bytes:
+        """`watermark`, when given, is written instead of the stored one: a
+        forwarder lowers it on every packet, and a new frozen frame (as
+        `dataclasses.replace` makes) costs more than the encoding itself."""
         return (
             encode_path(self.path) + encode_path(self.from_path) + self.source + self.dest
-            + encode_uvarint(self.watermark) + self.payload
+            + encode_uvarint(self.watermark if watermark is None else watermark) + self.payload
         )
 
     @classmethod

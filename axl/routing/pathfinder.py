@@ -151,7 +151,8 @@ class Pathfinder:
     def send_local_traffic(self, traffic: Traffic) -> None:
         info = self.paths.get(traffic.dest)
         if info is not None:
-            stamped = replace(traffic, path=list(info.path), from_path=self.router.coords())
+            stamped = Traffic(list(info.path), self.router.coords(), traffic.source, traffic.dest,
+                              traffic.watermark, traffic.payload)
             info.cached = stamped
             self.router._route_traffic(stamped)
             return

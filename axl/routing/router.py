@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from axl.identity import NodeIdentity, bloom_transform, verify
 from axl.routing.actions import Action, DeliverTraffic, SendFrame, SendTraffic
@@ -647,8 +647,7 @@ class Router:
     def _route_traffic(self, traffic: Traffic) -> None:
         link, watermark = self._next_hop(traffic.path, traffic.watermark)
         if link is not None:
-            forwarded = replace(traffic, watermark=watermark)
-            self._send_queued(link, TYPE_TRAFFIC, forwarded.encode(), traffic.dest, traffic.source)
+            self._send_queued(link, TYPE_TRAFFIC, traffic.encode(watermark), traffic.dest, traffic.source)
         elif traffic.dest == self.key:
             self._pathfinder.reset_timeout(traffic.source)
             self._out.append(DeliverTraffic(traffic.source, traffic.payload))
