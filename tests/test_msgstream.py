@@ -53,6 +53,39 @@ def test_messages_arrive_in_order_and_acks_free_the_window() -> None:
     assert not receiver.partial
 
 
+@pytest.mark.parametrize("piece", [1, 7, 4096, 65475])
+def test_large_messages_in_pieces_of_any_size_arrive_whole(piece: int) -> None:
+    """Payloads whose header comes before the rest are gathered piece by
+    piece; the piece that ends one may carry the next messages' frames."""
+    sender = StreamSender(session_id=3)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    payloads = [bytes(range(256)) * 700, b"x", bytes(3000), bytes(range(200)) * 999]
+    wire = sender.start_connection()
+    for payload in payloads:
+        sender.submit(payload)
+    wire += sender.take_output()
+    events = []
+    for start in range(0, len(wire), piece):
+        events += feed(receiver, wire[start:start + piece])
+        if 13 < start + piece < 100_000:  # past the hello, inside the first message
+            assert receiver.partial
+    assert not receiver.partial
+    assert events == [Hello(3)] + [Message(seq, p) for seq, p in enumerate(payloads, 1)]
+
+
+def test_a_message_resent_in_pieces_is_answered_not_delivered() -> None:
+    sender = StreamSender(session_id=4)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    sender.submit(bytes(100_000))
+    first = sender.start_connection()
+    assert feed(receiver, first)[-1] == Message(1, bytes(100_000))
+    again = StreamReceiver(receiver.table, PEER, max_message_size=1 << 20)
+    resent = sender.start_connection()
+    events = feed(again, resent[:50_000]) + again.feed(resent[50_000:])
+    assert events == [Hello(4), Answered(1, STATUS_QUEUED)]
+    assert not again.partial
+
+
 def test_a_reconnected_session_is_not_delivered_twice() -> None:
     table = SessionTable()
     sender = StreamSender(session_id=1)

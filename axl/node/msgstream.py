@@ -204,6 +204,15 @@ class SessionTable:
         return record
 
 
+@dataclass(slots=True)
+class _Body:
+    """A message whose header has arrived and part of its payload."""
+
+    seq: int
+    missing: int
+    parts: list[bytes]
+
+
 class StreamReceiver:
     """One inbound connection: decodes the hello and messages, drops the
     ones its session answered already, and encodes the answers."""
@@ -215,18 +224,23 @@ class StreamReceiver:
         self.record: SessionRecord | None = None
         self._buffer = bytearray()
         self._skip = 0
+        self._body: _Body | None = None
 
     @property
     def partial(self) -> bool:
         """True while part of a frame is buffered (the read deadline applies)."""
-        return bool(self._buffer) or self._skip > 0
+        return bool(self._buffer) or self._skip > 0 or self._body is not None
 
     def feed(self, data: bytes) -> list[Hello | Message | Answered]:
         """Append stream bytes; return the events they complete, in order.
         A Hello is returned alone (see below)."""
+        events: list[Hello | Message | Answered] = []
+        if self._body is not None:
+            data = self._take_body(data, events)
+            if self._body is not None:
+                return events
         buffer = self._buffer
         buffer += data
-        events: list[Hello | Message | Answered] = []
         offset = self._skip_body(0)
         if self.record is None:
             if len(buffer) < _HELLO.size:
@@ -249,18 +263,45 @@ class StreamReceiver:
                 offset = self._skip_body(offset + _MESSAGE.size)
                 continue
             end = offset + _MESSAGE.size + length
-            if len(buffer) < end:
-                break
             with memoryview(buffer) as view:  # one copy of the payload, not two
                 payload = bytes(view[offset + _MESSAGE.size:end])
-            offset = end
-            if seq <= self.record.taken_upto:
-                events.append(Answered(seq, self.record.status_of(seq)))
-            else:
-                self.record.taken_upto = seq
-                events.append(Message(seq, payload))
+            offset = min(end, len(buffer))
+            if offset < end:
+                self._body = _Body(seq, end - offset, [payload])
+                break
+            self._complete(seq, payload, events)
         del buffer[:offset]
         return events
+
+    def _take_body(self, data: bytes, events: list[Hello | Message | Answered]) -> bytes:
+        """Add `data` to the message being received; returns what follows it.
+
+        A large payload's pieces are kept as they arrive and joined once:
+        appending 64 KiB segments to the buffer and copying the payload out
+        of it cost two copies and a growing buffer's reallocations."""
+        body = self._body
+        assert body is not None
+        if len(data) <= body.missing:
+            body.parts.append(data)
+            body.missing -= len(data)
+            rest = b""
+        else:
+            body.parts.append(data[:body.missing])
+            rest = data[body.missing:]
+            body.missing = 0
+        if not body.missing:
+            self._body = None
+            self._complete(body.seq, b"".join(body.parts), events)
+        return rest
+
+    def _complete(self, seq: int, payload: bytes, events: list[Hello | Message | Answered]) -> None:
+        """A whole message: new ones are delivered, repeated ones answered again."""
+        assert self.record is not None
+        if seq <= self.record.taken_upto:
+            events.append(Answered(seq, self.record.status_of(seq)))
+        else:
+            self.record.taken_upto = seq
+            events.append(Message(seq, payload))
 
     def _skip_body(self, offset: int) -> int:
         """Discard up to `_skip` bytes of a refused body from `offset` on."""
