@@ -34,9 +34,10 @@ async def read_limited_body(request: web.Request, limit: int, timeout: float) ->
     """Read at most `limit` bytes within `timeout` seconds, or raise MessageTooLarge.
 
     The deadline covers the whole body, so a client trickling a byte at a
-    time cannot hold a handler (and its memory) open forever. Chunks are
-    joined once at the end: a 16 MiB body is copied once, not on every
-    append. An oversized body of at most DISCARD_MAX bytes is first read to
+    time cannot hold a handler (and its memory) open forever. The chunks
+    are taken as aiohttp received them (read(n) would first join them into
+    a copy of up to n bytes) and joined once at the end: a 16 MiB body is
+    copied once. An oversized body of at most DISCARD_MAX bytes is first read to
     its end (and dropped), so that the client can read the 413.
     """
     declared = request.content_length
@@ -55,7 +56,7 @@ async def read_limited_body(request: web.Request, limit: int, timeout: float) ->
             if declared is not None and declared > limit:
                 await _discard_rest(request, declared, 0)
                 raise MessageTooLarge(f"payload of {declared} bytes exceeds max_message_size {limit}")
-            async for chunk in request.content.iter_chunked(READ_CHUNK):
+            async for chunk, _ in request.content.iter_chunks():
                 size += len(chunk)
                 if size > limit:
                     await _discard_rest(request, declared, size)
