@@ -63,7 +63,8 @@ def test_large_messages_in_pieces_of_any_size_arrive_whole(piece: int) -> None:
     wire = sender.start_connection()
     for payload in payloads:
         sender.submit(payload)
-    wire += sender.take_output()
+    while output := sender.take_output():
+        wire += output
     events = []
     for start in range(0, len(wire), piece):
         events += feed(receiver, wire[start:start + piece])
@@ -71,6 +72,26 @@ def test_large_messages_in_pieces_of_any_size_arrive_whole(piece: int) -> None:
             assert receiver.partial
     assert not receiver.partial
     assert events == [Hello(3)] + [Message(seq, p) for seq, p in enumerate(payloads, 1)]
+
+
+def test_a_large_payload_is_written_alone_and_uncopied() -> None:
+    sender = StreamSender(session_id=5)
+    large = bytes(range(256)) * 1024
+    wire = sender.start_connection()
+    for payload in (b"a", b"b", large, b"c"):
+        sender.submit(payload)
+    outputs = []
+    while output := sender.take_output():
+        outputs.append(output)
+    assert len(outputs) == 3 and outputs[1] is large and sender.payload_of(3) is large
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    events = feed(receiver, wire + b"".join(outputs))
+    assert events[1:] == [Message(1, b"a"), Message(2, b"b"), Message(3, large), Message(4, b"c")]
+    assert sender.receive(receiver.answer(3, STATUS_QUEUED)) == [Ack(3, STATUS_QUEUED)]
+    assert sender.unacked_bytes == 3
+    again = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    events = feed(again, sender.start_connection())
+    assert events[1:] == [Message(1, b"a"), Message(2, b"b"), Message(4, b"c")]
 
 
 def test_a_message_resent_in_pieces_is_answered_not_delivered() -> None:

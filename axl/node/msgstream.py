@@ -48,6 +48,9 @@ WINDOW_MESSAGES = 256
 WINDOW_BYTES = 4 << 20
 # Sessions a receiver remembers (least recently used forgotten first).
 MAX_SESSIONS = 1024
+# A payload from this size on is written as it is, after its own header,
+# instead of being copied into one frame (a 16 MiB copy per large message).
+SEPARATE_PAYLOAD = 64 * 1024
 
 
 class StreamError(DecodeError):
@@ -106,7 +109,7 @@ class StreamSender:
         self.window_messages = window_messages
         self.window_bytes = window_bytes
         self.next_seq = 1
-        self.unacked: OrderedDict[int, bytes] = OrderedDict()
+        self.unacked: OrderedDict[int, bytes] = OrderedDict()  # seq -> payload
         self.unacked_bytes = 0
         self._buffer = bytearray()
         self._pending: list[bytes] = []
@@ -121,27 +124,40 @@ class StreamSender:
         """Queue one message for sending; returns its sequence number."""
         seq = self.next_seq
         self.next_seq += 1
-        frame = encode_message(seq, payload)
-        self.unacked[seq] = frame
+        self.unacked[seq] = payload
         self.unacked_bytes += len(payload)
-        self._pending.append(frame)
+        if len(payload) < SEPARATE_PAYLOAD:
+            self._pending.append(encode_message(seq, payload))
+        else:
+            self._pending += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
         return seq
 
     def payload_of(self, seq: int) -> bytes:
         """An unacknowledged message's payload (to send it another way)."""
-        return self.unacked[seq][_MESSAGE.size:]
+        return self.unacked[seq]
 
     def start_connection(self) -> bytes:
         """The first bytes of a (new) connection: the hello and every
         unacknowledged message again, in order. Clears pending output."""
         self._pending.clear()
-        return encode_hello(self.session_id) + b"".join(self.unacked.values())
+        parts = [encode_hello(self.session_id)]
+        for seq, payload in self.unacked.items():
+            parts += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
+        return b"".join(parts)
 
     def take_output(self) -> bytes:
-        """Everything submitted since the connection started or the last call,
-        as one buffer: many small messages leave in one segment."""
-        data = b"".join(self._pending)
-        self._pending.clear()
+        """The next buffer to write, b"" when none: the frames submitted since
+        the connection started or the last call, joined (many small messages
+        leave in one segment) up to a large payload, which comes alone and
+        uncopied in the next call."""
+        pending = self._pending
+        if pending and len(pending[0]) >= SEPARATE_PAYLOAD:
+            return pending.pop(0)
+        count = 0
+        while count < len(pending) and len(pending[count]) < SEPARATE_PAYLOAD:
+            count += 1
+        data = b"".join(pending[:count])
+        del pending[:count]
         return data
 
     def receive(self, data: bytes) -> list[Ack]:
@@ -154,10 +170,10 @@ class StreamSender:
             kind, seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
                 raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
-            frame = self.unacked.pop(seq, None)
-            if frame is None:
+            payload = self.unacked.pop(seq, None)
+            if payload is None:
                 raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
-            self.unacked_bytes -= len(frame) - _MESSAGE.size
+            self.unacked_bytes -= len(payload)
             acks.append(Ack(seq, status))
             offset += _ACK.size
         del buffer[:offset]
