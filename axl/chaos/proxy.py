@@ -31,22 +31,35 @@ ManglerFactory = Callable[[], Mangler]
 """Makes a fresh Mangler for each direction of each proxied connection."""
 
 
-class BitFlipper:
-    """Flips one random bit in every `every`-th chunk after the handshake: a relay corrupting ciphertext."""
+class _ChunkCounter:
+    """Counts the chunks past the first HANDSHAKE_BYTES_SPARED bytes of a
+    direction: the manglers leave the meta handshake alone so the link comes
+    up, and act on every `every`-th chunk after it."""
 
-    def __init__(self, rng: random.Random, every: int = 3) -> None:
-        self.rng = rng
+    def __init__(self, every: int) -> None:
         self.every = every
         self.count = 0
         self.passed = 0
         self.mangled = 0
 
-    def __call__(self, chunk: bytes) -> bytes:
+    def _counted(self, chunk: bytes) -> bool:
+        """Whether `chunk` is past the handshake (and so counted)."""
         self.passed += len(chunk)
         if self.passed <= HANDSHAKE_BYTES_SPARED:
-            return chunk
+            return False
         self.count += 1
-        if not chunk or self.count % self.every:
+        return True
+
+
+class BitFlipper(_ChunkCounter):
+    """Flips one random bit in every `every`-th chunk after the handshake: a relay corrupting ciphertext."""
+
+    def __init__(self, rng: random.Random, every: int = 3) -> None:
+        super().__init__(every)
+        self.rng = rng
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if not self._counted(chunk) or not chunk or self.count % self.every:
             return chunk
         data = bytearray(chunk)
         position = self.rng.randrange(len(data))
@@ -55,21 +68,16 @@ class BitFlipper:
         return bytes(data)
 
 
-class Reorderer:
+class Reorderer(_ChunkCounter):
     """Holds every `every`-th chunk back and releases it after the next one."""
 
     def __init__(self, every: int = 3) -> None:
-        self.every = every
-        self.count = 0
-        self.passed = 0
+        super().__init__(every)
         self.held = b""
-        self.mangled = 0
 
     def __call__(self, chunk: bytes) -> bytes:
-        self.passed += len(chunk)
-        if self.passed <= HANDSHAKE_BYTES_SPARED:
+        if not self._counted(chunk):
             return chunk
-        self.count += 1
         if self.held:
             out, self.held = chunk + self.held, b""
             self.mangled += 1
