@@ -10,6 +10,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,6 +154,18 @@ class Cluster:
     def logs(self) -> str:
         return "\n".join(f"--- {n.name}\n{n.log_path.read_text()[-3000:]}"
                          for n in self.nodes if n.log_path.exists())
+
+
+@contextmanager
+def lone_node(base: Path, name: str = "a") -> Iterator[NodeProcess]:
+    """One running node with no peers (it can still send to itself)."""
+    cluster = Cluster(base)
+    node = cluster.add(name)
+    cluster.start_all()
+    try:
+        yield node
+    finally:
+        cluster.stop_all()
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple], float]:

@@ -27,7 +27,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from mcp.server.mcpserver import MCPServer
 
-from axl.adapters import AgentBridgeSettings, DispatchSettings, InboundDispatcher, add_agent_routes
+from axl.adapters import DispatchSettings, InboundDispatcher
+from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.adapters.a2a_server import RouterClient, create_app
 from axl.harness import free_port
 from axl.adapters.mcp_router import McpRouter

@@ -248,7 +248,7 @@ async def test_agent_routes_refuse_a_large_body_from_its_content_length():
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
-    from axl.adapters import AgentBridgeSettings, add_agent_routes
+    from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 
     class NoRequests:
         async def request(self, dest_key, payload, timeout):

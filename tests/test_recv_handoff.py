@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from axl.node.inbox import Inbox
-from nodes import Cluster, drain
+from nodes import drain, lone_node
 
 SENDER = b"\x01" * 32
 
@@ -105,13 +105,8 @@ async def test_a_poll_cancelled_after_its_message_was_handed_over_gives_it_back(
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    cluster = Cluster(tmp_path_factory.mktemp("handoff"))
-    node = cluster.add("a")
-    cluster.start_all()
-    try:
+    with lone_node(tmp_path_factory.mktemp("handoff")) as node:
         yield node
-    finally:
-        cluster.stop_all()
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from axl.adapters.envelopes import (
     A2aEnvelope,
@@ -26,6 +25,9 @@ from axl.adapters.envelopes import (
 )
 from axl.adapters.jsonrpc import clean_header_value
 from axl.wire import DecodeError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,10 @@ class InboundDispatcher:
         return bool(self.settings.router_url or self.settings.a2a_url)
 
     def _http(self) -> aiohttp.ClientSession:
+        """The HTTP client, made on the first envelope: a node with the adapters
+        configured but never called does not load it."""
         if self._session is None:
+            import aiohttp
             self._session = aiohttp.ClientSession()
         return self._session
 
@@ -151,6 +156,7 @@ class InboundDispatcher:
             f'"from_peer_id":{dumps(from_peer_id)},"headers":{dumps(envelope.headers or {})}}}'
         )
         failure = ""
+        import aiohttp
         try:
             async with self._http().post(
                 router_url, data=body.encode(), headers={"Content-Type": "application/json"},
@@ -185,6 +191,7 @@ class InboundDispatcher:
     async def _dispatch_a2a(self, a2a_url: str, from_peer_id: str, envelope: A2aEnvelope) -> bytes:
         """GET the card or POST the request to the A2A server; its body must be JSON."""
         headers = {"X-From-Peer-Id": from_peer_id}
+        import aiohttp
         timeout = aiohttp.ClientTimeout(total=self.settings.a2a_timeout)
         try:
             if envelope.agent_card:

@@ -1,115 +1,78 @@
-"""Serving the bridge application on bridge_addr:api_port."""
+"""Serving the bridge on bridge_addr:api_port: the front door, and the full application when first needed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import time
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from axl.adapters import AgentBridgeSettings
-from axl.bridge.app import BridgeNode, ClientWatch, build_app
+from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
 from axl.config import NodeConfig
-from axl.observe.web import ACCESS_LOG, OBSERVATORY
+from axl.observe.observatory import Observatory
+
+if TYPE_CHECKING:
+    from axl.bridge.app import FullApplication
 
 log = logging.getLogger("axl.bridge")
 
-HEADER_END = b"\r\n\r\n"
-# Idle keep-alive connections are closed after this long (aiohttp's default is an hour).
-KEEPALIVE_TIMEOUT = 75.0
-HANDLER_STOP_TIMEOUT = 2.0
-"""A stopping bridge cancels the handlers still running after this long (an
-event stream, an agent call); long polls and /ws end at once, on their own."""
-
-
-class HeaderDeadline(asyncio.Protocol):
-    """aiohttp's protocol, plus a deadline on a connection's first request headers
-    and a note to the ClientWatch when the connection opens and closes.
-
-    aiohttp times out neither a client that never finishes its headers nor
-    one that sends nothing, so each would hold a connection (and a file
-    descriptor) for ever. Bodies have their own deadline (axl.httpbody) and
-    idle keep-alive connections aiohttp's keepalive timeout.
-    """
-
-    def __init__(self, inner: Any, timeout: float, clients: ClientWatch) -> None:
-        self.inner = inner
-        self.timeout = timeout
-        self.clients = clients
-        self._timer: asyncio.TimerHandle | None = None
-        self._tail = b""
-        self.transport: asyncio.BaseTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        self._timer = asyncio.get_running_loop().call_later(self.timeout, transport.close)
-        self.clients.opened(transport)
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self._timer is not None:
-            seen = self._tail + data
-            if HEADER_END in seen:
-                self._cancel()
-            else:
-                self._tail = seen[-(len(HEADER_END) - 1):]
-        self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
-        self.clients.closed(self.transport)
-        self.inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-    def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+ANSWER_STOP_TIMEOUT = 2.0
+"""How long a stopping bridge waits for the front door's answers under way
+(a /send waiting for its acknowledgement) before closing their connections."""
 
 
 class BridgeServer:
     def __init__(self, node: BridgeNode, config: NodeConfig) -> None:
         self.node = node
         self.config = config
-        self._runner: web.AppRunner | None = None
+        self.clients = ClientWatch()
+        self.receiver = ReceiverSlot()
+        self.observatory = Observatory(node)
+        self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
+                               float(config.conn_read_timeout_secs), self._full_application)
         self._server: asyncio.Server | None = None
+        self._full: asyncio.Future[ProtocolFactory] | None = None
+        self._full_app: FullApplication | None = None
 
     async def start(self) -> None:
         """Bind and serve; an address in use raises OSError."""
-        clients = ClientWatch()
-        app = build_app(self.node, AgentBridgeSettings(
-            mcp_timeout=float(self.config.mcp_timeout_secs),
-            a2a_timeout=float(self.config.a2a_timeout_secs),
-            max_message_size=self.config.max_message_size,
-            body_timeout=float(self.config.conn_read_timeout_secs),
-        ), clients)
-        self._runner = web.AppRunner(app, access_log=ACCESS_LOG,
-                                     access_log_class=app[OBSERVATORY].recorder, handle_signals=False,
-                                     keepalive_timeout=KEEPALIVE_TIMEOUT,
-                                     shutdown_timeout=HANDLER_STOP_TIMEOUT)
-        await self._runner.setup()
-        handler_factory = self._runner.server
-        timeout = float(self.config.conn_read_timeout_secs)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: HeaderDeadline(handler_factory(), timeout, clients),
+            lambda: BridgeConnection(self._door),
             self.config.bridge_addr, self.config.api_port, reuse_address=True,
         )
+        self.observatory.start()
         log.info("bridge listening on http://%s:%d", self.config.bridge_addr, self.config.api_port)
 
+    def _full_application(self) -> asyncio.Future[ProtocolFactory]:
+        """The full application's protocol factory, started on the first call."""
+        if self._full is None:
+            self._full = asyncio.ensure_future(self._start_full_application())
+        return self._full
+
+    async def _start_full_application(self) -> ProtocolFactory:
+        from axl.bridge.app import FullApplication  # aiohttp loads here, on first need
+        started = time.monotonic()
+        self._full_app = FullApplication(self.node, self.clients, self.receiver, self.observatory,
+                                         KEEPALIVE_TIMEOUT)
+        factory = await self._full_app.start()
+        log.debug("bridge application loaded in %.0f ms", (time.monotonic() - started) * 1000)
+        return factory
+
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is None:
+            return
+        self._server.close()
+        self._server = None
+        self.clients.release_all()
+        self.observatory.shutdown()
+        if self._full is not None:
+            await asyncio.wait({self._full})
+        if self._full_app is not None:
+            await self._full_app.stop()
+        deadline = time.monotonic() + ANSWER_STOP_TIMEOUT
+        while self._door.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self._door.close_all()
+        self.observatory.cleanup()

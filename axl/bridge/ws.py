@@ -32,15 +32,12 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
 
-from axl.errors import DeliveryError, status_for
+from axl.bridge.api import BridgeNode, ClientWatch, QueuedMessage, ReceiverSlot, fate, record_send
+from axl.errors import DeliveryError
 from axl.tasks import start_task
-
-if TYPE_CHECKING:
-    from axl.bridge.app import BridgeNode, QueuedMessage
 
 log = logging.getLogger("axl.bridge")
 
@@ -58,20 +55,16 @@ CLOSE_REASON_MAX = 120
 OVERSIZE_SLACK = 64 << 10
 
 
-OPEN_STREAMS = "ws_open_streams"
+NODE = web.AppKey("node", BridgeNode)
+CLIENTS = web.AppKey("clients", ClientWatch)
+RECEIVER = web.AppKey("receiver", ReceiverSlot)
+OPEN_STREAMS = web.AppKey("ws_open_streams", weakref.WeakSet)
 STOP_CLOSE_TIMEOUT = 1.0
 """How long a stopping node waits for a /ws client to answer its close."""
 
 
 class ProtocolViolation(Exception):
     """The client broke the /ws protocol; the text is the close reason."""
-
-
-@dataclass
-class ReceiverSlot:
-    """Which connection, if any, receives the node's messages instead of `/recv`."""
-
-    holder: object | None = None
 
 
 def parse_window(text: str | None) -> int:
@@ -287,27 +280,14 @@ class StreamingSession:
         self._under_way -= 1
         if not self._under_way:
             self._all_settled.set()
-        if future.cancelled():
-            error: BaseException | None = DeliveryError("the send was cancelled")
-        else:
-            error = future.exception()
-        self._finished(destination.key, number, size, started, error)
+        self._finished(destination.key, number, size, started, fate(future))
         if self._destinations.get(destination.key) is destination:
             self._start_ready(destination)
 
     def _finished(self, key: bytes, number: int, size: int, started: float,
                   error: BaseException | None) -> None:
-        now = time.time()
-        if error is None:
-            self.node.stats.send_finished(key, size, 200, time.monotonic() - started, now)
-            self._queue_ack(number, size, 200, None)
-            return
-        if not isinstance(error, DeliveryError):
-            log.error("/ws send %d failed unexpectedly: %r", number, error)
-            error = DeliveryError(f"internal error: {error.__class__.__name__}")
-        status = status_for(error)
-        self.node.stats.send_finished(key, size, status, None, now)
-        self._queue_ack(number, size, status, str(error))
+        status, text = record_send(self.node, key, size, started, error)
+        self._queue_ack(number, size, status, text)
 
     # -- acknowledging ---------------------------------------------------------
 
@@ -407,8 +387,8 @@ async def _close_one(ws: web.WebSocketResponse) -> None:
 
 
 async def handle_ws(request: web.Request) -> web.StreamResponse:
-    node: BridgeNode = request.app["node"]
-    slot: ReceiverSlot = request.app["receiver"]
+    node = request.app[NODE]
+    slot = request.app[RECEIVER]
     receiving = request.query.get("recv") == "1"
     window = None
     if receiving:
@@ -425,7 +405,7 @@ async def handle_ws(request: web.Request) -> web.StreamResponse:
                                autoclose=False)
     request.app[OPEN_STREAMS].add(ws)
     # None: the client has already gone, and prepare() below fails.
-    gone = request.app["clients"].gone(request) or asyncio.Event()
+    gone = request.app[CLIENTS].gone(request.transport) or asyncio.Event()
     if receiving:
         slot.holder = ws
     session = StreamingSession(node, ws, window, gone)

@@ -15,7 +15,6 @@ import stat
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
-from axl.link import websocket
 from axl.link.connection import LinkSettings
 from axl.link.contexts import client_tls, server_tls
 from axl.link.socks import open_tunnel
@@ -118,6 +117,16 @@ async def _listen_unix(uri: PeerURI, factory: ProtocolFactory, settings: LinkSet
     return SocketListener(server, uri.path)
 
 
+async def _dial_ws(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> asyncio.Protocol:
+    from axl.link import websocket  # aiohttp loads only for ws:// and wss:// links
+    return await websocket.dial(uri, factory, settings)
+
+
+async def _listen_ws(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> Listener:
+    from axl.link import websocket
+    return await websocket.listen(uri, factory, settings)
+
+
 async def _dial_quic(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> asyncio.Protocol:
     from axl.link import quic  # aioquic and x509 load only for quic:// links
     return await quic.dial(uri, factory, settings)
@@ -134,11 +143,11 @@ ListenerFactory = Callable[[PeerURI, ProtocolFactory, LinkSettings], Awaitable[L
 DIALERS: dict[str, Dialer] = {
     "tcp": _dial_tcp, "tls": _dial_tcp, "unix": _dial_unix,
     "socks": _dial_socks, "sockstls": _dial_socks,
-    "ws": websocket.dial, "wss": websocket.dial, "quic": _dial_quic,
+    "ws": _dial_ws, "wss": _dial_ws, "quic": _dial_quic,
 }
 LISTENERS: dict[str, ListenerFactory] = {
     "tcp": _listen_tcp, "tls": _listen_tcp, "unix": _listen_unix,
-    "ws": websocket.listen, "quic": _listen_quic,
+    "ws": _listen_ws, "quic": _listen_quic,
 }
 
 

@@ -1,5 +1,9 @@
-"""Observability: Prometheus metrics, the dashboard page and its JSON and event stream."""
+"""Observability: Prometheus metrics, the dashboard page and its JSON and event stream.
 
-from axl.observe.web import add_observability
+The Observatory (axl.observe.observatory) runs with every node; the HTTP
+handlers (axl.observe.web) load with the bridge's full application.
+"""
 
-__all__ = ["add_observability"]
+from axl.observe.observatory import Observatory
+
+__all__ = ["Observatory"]

@@ -1,10 +1,10 @@
 """HTTP side of observability on the bridge: /metrics, /dashboard/ and its API.
 
-`add_observability` hangs everything on the bridge application: the
-routes and start/stop hooks for the sampler, the log ring and the event
-hub. Requests are timed by an access logger (`Observatory.recorder`) that
-the bridge's runner installs; the rest of the bridge does not know any of
-it exists.
+`add_observability` hangs the routes on the bridge's full application;
+the Observatory they read runs with the bridge from start-up
+(axl.observe.observatory). Requests the full application serves are timed
+by an access logger (`request_recorder`) its runner installs; the front
+door counts its own.
 """
 
 from __future__ import annotations
@@ -14,21 +14,15 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from axl.observe import report
-from axl.observe.events import Event, EventHub
-from axl.observe.logring import MAX_LINES, LogRing
+from axl.observe.events import Event
 from axl.observe.httpstats import HttpStats
-from axl.observe.series import SAMPLE_INTERVAL, SeriesRing
-from axl.observe.view import ObservedNode
-from axl.tasks import start_task
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+from axl.observe.logring import MAX_LINES
+from axl.observe.observatory import Observatory
 
 log = logging.getLogger("axl.observe")
 
@@ -44,64 +38,16 @@ UNMATCHED_ROUTE = "unmatched"
 ACCESS_LOG = logging.getLogger("axl.bridge.access")
 
 
-class Observatory:
-    """One node's metrics registry, series, log ring and event hub."""
+class ObservatoryRoutes:
+    """The dashboard's and /metrics' handlers, over one node's Observatory."""
 
-    def __init__(self, node: ObservedNode, sample_interval: float = SAMPLE_INTERVAL) -> None:
-        self.node = node
-        self.sample_interval = sample_interval
-        self.http = HttpStats()
-        self.recorder = request_recorder(self.http)
-        self._registry: CollectorRegistry | None = None
-        self.series = SeriesRing()
-        self.events = EventHub()
-        self.logs = LogRing(self._log_line)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._sampler: asyncio.Task | None = None
-
-    # -- life cycle (aiohttp application signals) -------------------------
-
-    async def start(self, _app: web.Application) -> None:
-        self._loop = asyncio.get_running_loop()
-        logging.getLogger("axl").addHandler(self.logs)
-        self.node.stats.listeners.append(self.events.publish)
-        self._sampler = start_task(self._sample_forever(), log, "dashboard sampler")
-
-    async def shutdown(self, _app: web.Application) -> None:
-        self.events.close()
-
-    async def cleanup(self, _app: web.Application) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
-        logging.getLogger("axl").removeHandler(self.logs)
-        if self.events.publish in self.node.stats.listeners:
-            self.node.stats.listeners.remove(self.events.publish)
-
-    def _log_line(self, line: dict) -> None:
-        """Log records may come from any thread: publish on the loop's."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.events.publish, "log", line)
-
-    async def _sample_forever(self) -> None:
-        while True:
-            sample = self.series.add(report.reading(self.node, time.time()))
-            if sample is not None:
-                self.events.publish("sample", sample.as_json())
-            await asyncio.sleep(self.sample_interval)
-
-    # -- request accounting ----------------------------------------------
-
-    # -- handlers --------------------------------------------------------
+    def __init__(self, observatory: Observatory) -> None:
+        self.observatory = observatory
+        self.node = observatory.node
 
     async def handle_metrics(self, _request: web.Request) -> web.Response:
-        """The registry is made on the first scrape: prometheus_client and the
-        stdlib servers it imports cost about 1 MB resident, which a node nobody
-        scrapes need not pay."""
         from axl.observe import metrics
-        if self._registry is None:
-            self._registry = metrics.build_registry(self.node, self.http)
-        body, content_type = metrics.exposition(self._registry)
+        body, content_type = metrics.exposition(self.observatory.metrics_registry())
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def handle_page(self, _request: web.Request) -> web.Response:
@@ -118,7 +64,7 @@ class Observatory:
 
     async def handle_snapshot(self, _request: web.Request) -> web.Response:
         return _json({**report.snapshot(self.node, time.time()),
-                      "sample_interval_secs": self.sample_interval})
+                      "sample_interval_secs": self.observatory.sample_interval})
 
     async def handle_peers(self, _request: web.Request) -> web.Response:
         return _json(report.peers(self.node))
@@ -127,8 +73,9 @@ class Observatory:
         return _json(report.topology(self.node))
 
     async def handle_series(self, _request: web.Request) -> web.Response:
-        return _json({"interval_secs": self.sample_interval,
-                      "samples": [sample.as_json() for sample in self.series.samples]})
+        observatory = self.observatory
+        return _json({"interval_secs": observatory.sample_interval,
+                      "samples": [sample.as_json() for sample in observatory.series.samples]})
 
     async def handle_log_lines(self, request: web.Request) -> web.Response:
         text = request.query.get("limit", str(DEFAULT_LOG_LIMIT))
@@ -138,10 +85,11 @@ class Observatory:
             limit = -1
         if not 1 <= limit <= MAX_LINES:
             return web.Response(status=400, text=f"limit must be an integer between 1 and {MAX_LINES}\n")
-        return _json({"lines": self.logs.recent(limit)})
+        return _json({"lines": self.observatory.logs.recent(limit)})
 
     async def handle_event_stream(self, request: web.Request) -> web.StreamResponse:
-        queue = self.events.subscribe()
+        events = self.observatory.events
+        queue = events.subscribe()
         if queue is None:
             return web.Response(status=503, text="too many event streams open\n")
         try:
@@ -152,7 +100,7 @@ class Observatory:
         except ConnectionResetError:
             log.debug("event stream client went away")
         finally:
-            self.events.unsubscribe(queue)
+            events.unsubscribe(queue)
         return response
 
     async def _stream(self, queue: asyncio.Queue[Event | None], response: web.StreamResponse) -> None:
@@ -196,25 +144,18 @@ def route_of(request: web.BaseRequest) -> str:
     return resource.canonical if resource is not None else UNMATCHED_ROUTE
 
 
-OBSERVATORY = web.AppKey("observatory", Observatory)
-
-
-def add_observability(app: web.Application, node: ObservedNode) -> Observatory:
-    observatory = Observatory(node)
-    app[OBSERVATORY] = observatory
-    app.on_startup.append(observatory.start)
-    app.on_shutdown.append(observatory.shutdown)
-    app.on_cleanup.append(observatory.cleanup)
+def add_observability(app: web.Application, observatory: Observatory) -> None:
+    """The dashboard's and /metrics' routes; the observatory itself runs with the bridge."""
+    routes = ObservatoryRoutes(observatory)
     router = app.router
-    router.add_get("/metrics", observatory.handle_metrics)
-    router.add_get("/dashboard", observatory.handle_page)
-    router.add_get("/dashboard/", observatory.handle_page)
+    router.add_get("/metrics", routes.handle_metrics)
+    router.add_get("/dashboard", routes.handle_page)
+    router.add_get("/dashboard/", routes.handle_page)
     for name in ASSETS:
-        router.add_get(f"/dashboard/{name}", observatory.handle_asset(name))
-    router.add_get("/dashboard/api/snapshot", observatory.handle_snapshot)
-    router.add_get("/dashboard/api/peers", observatory.handle_peers)
-    router.add_get("/dashboard/api/topology", observatory.handle_topology)
-    router.add_get("/dashboard/api/series", observatory.handle_series)
-    router.add_get("/dashboard/api/logs", observatory.handle_log_lines)
-    router.add_get("/dashboard/api/events", observatory.handle_event_stream)
-    return observatory
+        router.add_get(f"/dashboard/{name}", routes.handle_asset(name))
+    router.add_get("/dashboard/api/snapshot", routes.handle_snapshot)
+    router.add_get("/dashboard/api/peers", routes.handle_peers)
+    router.add_get("/dashboard/api/topology", routes.handle_topology)
+    router.add_get("/dashboard/api/series", routes.handle_series)
+    router.add_get("/dashboard/api/logs", routes.handle_log_lines)
+    router.add_get("/dashboard/api/events", routes.handle_event_stream)

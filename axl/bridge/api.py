@@ -1,0 +1,225 @@
+"""The core routes' answers (`/send`, `/recv`, `/topology`, `/health`), whichever server carries them.
+
+Two servers carry these routes: the bridge's own HTTP/1.1 front door
+(axl.bridge.front), which serves plain requests, and the full application
+(axl.bridge.app), which gets a connection whose requests need more (a
+chunked body, `Expect: 100-continue`, a WebSocket, the agent routes). Both
+answer from here, so the routes behave the same on either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from axl.bridge.http1 import Answer, text_answer
+from axl.config import NodeConfig
+from axl.errors import DeliveryError, status_for
+from axl.identity import parse_peer_id
+from axl.observe.view import ObservedNode
+
+log = logging.getLogger("axl.bridge")
+
+MAX_RECV_WAIT = 300.0
+DEST_HEADER = "X-Destination-Peer-Id"
+RECEIVER_ATTACHED = "a /ws?recv=1 connection is receiving this node's messages"
+JSON = "application/json; charset=utf-8"
+
+
+class QueuedMessage(Protocol):
+    """A message from the node's receive queue; `id` stays the same if it is delivered again."""
+
+    id: int
+    sender: bytes
+    payload: bytes
+
+
+class BridgeNode(ObservedNode, Protocol):
+    """What the bridge needs from the node (and, through ObservedNode, its dashboard)."""
+
+    max_message_size: int
+    config: NodeConfig
+
+    def topology(self) -> dict: ...
+
+    def start_send(self, dest_key: bytes, payload: bytes) -> asyncio.Future: ...
+
+    def keeps_order(self, dest_key: bytes) -> bool: ...
+
+    async def recv(self, wait: float, until: asyncio.Future | None = None) -> QueuedMessage | None: ...
+
+    def give_back(self, messages: list[QueuedMessage]) -> None: ...
+
+    async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
+
+
+@dataclass
+class ReceiverSlot:
+    """Which connection, if any, receives the node's messages instead of `/recv`."""
+
+    holder: object | None = None
+
+
+class ClientWatch:
+    """A future per open client connection, settled when that connection closes.
+
+    A handler whose client has left keeps running (neither server cancels
+    it). A long poll must notice, or it would take a message out of the
+    queue for nobody. The front door registers every connection here.
+    """
+
+    def __init__(self) -> None:
+        self._closed: dict[object, asyncio.Future[None]] = {}
+
+    def opened(self, transport: object) -> None:
+        self._closed[transport] = asyncio.get_running_loop().create_future()
+
+    def closed(self, transport: object) -> None:
+        closed = self._closed.pop(transport, None)
+        if closed is not None and not closed.done():
+            closed.set_result(None)
+
+    def closing(self, transport: asyncio.BaseTransport | None) -> asyncio.Future[None] | None:
+        """The future `transport` settles on closing; None when it is already closed."""
+        if transport is None or transport.is_closing():
+            return None
+        closed = self._closed.get(transport)
+        return closed if closed is not None else asyncio.get_running_loop().create_future()
+
+    def release_all(self) -> None:
+        """The node is stopping: treat every connection as closing, so long
+        polls answer 204 at once and take nothing from the queue."""
+        for closed in self._closed.values():
+            if not closed.done():
+                closed.set_result(None)
+
+    def gone(self, transport: asyncio.BaseTransport | None) -> asyncio.Event | None:
+        """An event set when `transport` closes; None when it is already closed."""
+        closed = self.closing(transport)
+        if closed is None:
+            return None
+        event = asyncio.Event()
+        closed.add_done_callback(lambda _: event.set())
+        return event
+
+
+def json_answer(document: dict) -> Answer:
+    return Answer(200, json.dumps(document).encode(), JSON)
+
+
+def topology_answer(node: BridgeNode) -> Answer:
+    return json_answer(node.topology())
+
+
+def health_answer(node: BridgeNode) -> Answer:
+    topology = node.topology()
+    return json_answer({
+        "status": "ok",
+        "our_public_key": topology["our_public_key"],
+        "peers_up": sum(1 for peer in topology["peers"] if peer["up"]),
+    })
+
+
+def destination(node: BridgeNode, header: str) -> bytes | Answer:
+    """The key a /send names, or its 400 (counted as a failed send)."""
+    try:
+        return parse_peer_id(header.strip().lower())
+    except ValueError:
+        node.stats.send_finished(None, 0, 400, None, time.time())
+        return text_answer(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
+
+
+def record_send(node: BridgeNode, key: bytes, size: int, started: float,
+                error: BaseException | None) -> tuple[int, str | None]:
+    """Count a send whose fate is known: its status and, unless 200, the error's text."""
+    now = time.time()
+    if error is None:
+        node.stats.send_finished(key, size, 200, time.monotonic() - started, now)
+        return 200, None
+    if not isinstance(error, DeliveryError):
+        log.error("send to %s failed unexpectedly: %r", key.hex()[:16], error)
+        error = DeliveryError(f"internal error: {error.__class__.__name__}")
+    status = status_for(error)
+    node.stats.send_finished(key, size, status, None, now)
+    return status, str(error)
+
+
+def body_timeout(node: BridgeNode, key: bytes | None, reason: str) -> Answer:
+    """A /send whose body did not arrive in time: its 408, counted as a failed send."""
+    node.stats.send_finished(key, 0, 408, None, time.time())
+    return text_answer(408, reason)
+
+
+def fate(future: asyncio.Future) -> BaseException | None:
+    """A settled send's error, or None when it was delivered."""
+    if future.cancelled():
+        return DeliveryError("the send was cancelled")
+    return future.exception()
+
+
+def send_answer(node: BridgeNode, key: bytes, size: int, started: float,
+                error: BaseException | None) -> Answer:
+    """What `/send` answers once the send's fate is known."""
+    status, text = record_send(node, key, size, started, error)
+    if text is not None:
+        return text_answer(status, text)
+    return Answer(200, headers=(("X-Sent-Bytes", str(size)),))
+
+
+def begin_send(node: BridgeNode, key: bytes, payload: bytes, answered: Callable[[Answer], None]) -> None:
+    """Start a `/send`; `answered` gets its answer once its fate is known
+    (at once when it cannot start). No task per send: the node's future
+    calls back."""
+    started = time.monotonic()
+    try:
+        future = node.start_send(key, payload)
+    except DeliveryError as exc:
+        answered(send_answer(node, key, len(payload), started, exc))
+        return
+    future.add_done_callback(
+        lambda done: answered(send_answer(node, key, len(payload), started, fate(done))))
+
+
+def recv_wait(text: str) -> float | Answer:
+    """The `wait` of a /recv, or its 400."""
+    try:
+        wait = float(text)
+    except ValueError:
+        return text_answer(400, "wait must be a number of seconds")
+    if not 0 <= wait <= MAX_RECV_WAIT:
+        return text_answer(400, f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds")
+    return wait
+
+
+async def take_for_client(node: BridgeNode, slot: ReceiverSlot, closing: asyncio.Future | None,
+                          wait: float) -> tuple[Answer, QueuedMessage | None]:
+    """A /recv's answer and the message it carries, taken only while the client is still there.
+
+    Waits up to `wait` seconds for a message or for the client to leave
+    (`closing` settles), whichever comes first; a client that left gets
+    nothing taken for it. The caller gives the message back if writing
+    the answer fails.
+    """
+    if slot.holder is not None:
+        return text_answer(409, RECEIVER_ATTACHED), None
+    if closing is None:
+        return Answer(204), None
+    message = await node.recv(wait, until=closing)
+    if message is None:
+        return Answer(204), None
+    if slot.holder is not None:
+        # A /ws receiver attached while this poll waited: the message is its.
+        node.give_back([message])
+        return text_answer(409, RECEIVER_ATTACHED), None
+    return Answer(200, message.payload, "application/octet-stream",
+                  (("X-From-Peer-Id", message.sender.hex()),)), message
+
+
+def left_before_delivery(node: BridgeNode, message: QueuedMessage) -> None:
+    node.give_back([message])
+    log.info("recv client left before message %d was written: returned to the queue", message.id)

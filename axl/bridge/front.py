@@ -1,0 +1,391 @@
+"""The bridge's front door: one asyncio protocol per client connection.
+
+It serves the core routes' plain requests itself (axl.bridge.http1 says
+which are plain), one after another as HTTP/1.1 requires, with no task
+per /send: the node's future for the send writes the answer when it
+settles. The first request it declines (another route, a chunked or
+oversized body, `Expect`, a WebSocket upgrade, a malformed head) hands the
+connection, with every byte not yet served, to the full application
+(axl.bridge.app), which keeps it from then on. That application, and the
+framework under it, load on the first such request, so a node that only
+sends and receives never loads them.
+
+Every wait is bounded: a head must arrive within the read timeout of the
+connection opening (or of its first byte after an idle spell), a body
+within the read timeout of its head, and an idle connection closes after
+KEEPALIVE_TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+from axl.bridge import api
+from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.http1 import HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head, text_answer
+from axl.observe.httpstats import HttpStats
+
+log = logging.getLogger("axl.bridge")
+
+# Idle keep-alive connections are closed after this long.
+KEEPALIVE_TIMEOUT = 75.0
+# Bytes read ahead of the request being answered before reading pauses.
+MAX_READ_AHEAD = 1 << 20
+# Above this an answer's body is written after its head, not copied into one buffer with it.
+JOIN_LIMIT = 64 << 10
+DEST_HEADER = api.DEST_HEADER.lower().encode()
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+
+@dataclass
+class FrontDoor:
+    """What every connection of one bridge shares."""
+
+    node: BridgeNode
+    clients: ClientWatch
+    receiver: ReceiverSlot
+    http: HttpStats
+    read_timeout: float
+    # A future of the full application's protocol factory, started on the first call.
+    full_application: Callable[[], asyncio.Future[ProtocolFactory]]
+    connections: set[BridgeConnection] = field(default_factory=set)
+    date: HttpDate = field(default_factory=HttpDate)
+
+    def busy(self) -> bool:
+        """Whether a request the front door serves is still being answered."""
+        return any(connection.busy for connection in self.connections)
+
+    def close_all(self) -> None:
+        for connection in list(self.connections):
+            connection.close()
+
+
+class _State(enum.Enum):
+    HEAD = "waiting for a request head"
+    BODY = "reading a /send body"
+    ANSWERING = "answering a request"
+    HANDING_OFF = "waiting for the full application"
+    HANDED_OFF = "served by the full application"
+    CLOSED = "closed"
+
+
+class BridgeConnection(asyncio.Protocol):
+    """One client connection, served here until a request needs the full application."""
+
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.transport: asyncio.Transport | None = None
+        self._state = _State.HEAD
+        self._buffer = b""
+        self._head: RequestHead | None = None
+        self._route = ""
+        self._started = 0.0
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._inner: asyncio.Protocol | None = None
+        self._deadline: float | None = None
+        self._idle = False
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._advancing = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._close_after_answer = False
+
+    @property
+    def busy(self) -> bool:
+        return self._state in (_State.BODY, _State.ANSWERING)
+
+    # -- asyncio protocol ------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport subclass
+        self.door.clients.opened(transport)
+        self.door.connections.add(self)
+        self._set_deadline(self.door.read_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        state = self._state
+        if state is _State.HANDED_OFF:
+            assert self._inner is not None
+            self._inner.data_received(data)
+        elif state is _State.BODY:
+            self._body_received(data)
+        elif state is not _State.CLOSED:
+            self._buffer = self._buffer + data if self._buffer else data
+            if state is _State.HEAD:
+                self._advance()
+            elif len(self._buffer) > MAX_READ_AHEAD:
+                self._pause_reading()
+
+    def eof_received(self) -> bool | None:
+        """A client that half-closes has left (as the full application takes it
+        too): a long poll must not take a message for it."""
+        if self._inner is not None:
+            return self._inner.eof_received()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._state = _State.CLOSED
+        self._deadline = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self.door.clients.closed(self.transport)
+        self.door.connections.discard(self)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+        self._writing_paused = False
+        if self._state is _State.HEAD:
+            self._advance()
+
+    def close(self) -> None:
+        if self.transport is not None and self._state is not _State.CLOSED:
+            self.transport.close()
+
+    # -- reading requests --------------------------------------------------
+
+    def _advance(self) -> None:
+        """Serve the buffered requests in order until one has to wait."""
+        if self._advancing:
+            return
+        self._advancing = True
+        try:
+            while self._state is _State.HEAD and not self._writing_paused:
+                if not self._next_request():
+                    return
+        finally:
+            self._advancing = False
+
+    def _next_request(self) -> bool:
+        """Start the next buffered request; False when there is none yet."""
+        buffer = self._buffer
+        end = buffer.find(HEAD_END)
+        if end < 0:
+            self._await_head()
+            return False
+        head = parse_head(buffer[:end]) if end <= MAX_HEAD else None
+        route = self._route_for(head)
+        if route is None:
+            self._hand_off()
+            return False
+        self._buffer = buffer[end + len(HEAD_END):]
+        self._head = head
+        self._route = head.path
+        self._started = time.monotonic()
+        self._deadline = None
+        self._state = _State.ANSWERING
+        route(head)
+        return True
+
+    def _await_head(self) -> None:
+        if len(self._buffer) > MAX_HEAD:
+            self._hand_off()
+        elif self._buffer and self._idle:
+            self._idle = False
+            self._set_deadline(self.door.read_timeout)
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _route_for(self, head: RequestHead | None) -> Callable[[RequestHead], None] | None:
+        """The core route serving `head`, or None for the full application."""
+        if head is None:
+            return None
+        if head.method == "POST" and head.path == "/send":
+            return self._send if head.content_length <= self.door.node.max_message_size else None
+        if head.method != "GET" or head.content_length:
+            return None
+        return {"/recv": self._recv, "/topology": self._topology, "/health": self._health}.get(head.path)
+
+    # -- the routes --------------------------------------------------------
+
+    def _topology(self, head: RequestHead) -> None:
+        self._answer(api.topology_answer(self.door.node))
+
+    def _health(self, head: RequestHead) -> None:
+        self._answer(api.health_answer(self.door.node))
+
+    def _send(self, head: RequestHead) -> None:
+        length = head.content_length
+        buffer = self._buffer
+        if len(buffer) >= length:
+            self._buffer = buffer[length:]
+            self._send_body(buffer[:length] if len(buffer) > length else buffer)
+            return
+        self._state = _State.BODY
+        self._body = [buffer] if buffer else []
+        self._body_size = len(buffer)
+        self._buffer = b""
+        self._set_deadline(self.door.read_timeout)
+
+    def _body_received(self, data: bytes) -> None:
+        assert self._head is not None
+        missing = self._head.content_length - self._body_size
+        if len(data) < missing:
+            self._body.append(data)
+            self._body_size += len(data)
+            return
+        self._body.append(data[:missing] if len(data) > missing else data)
+        self._buffer = data[missing:]
+        body = b"".join(self._body)
+        self._body = []
+        self._body_size = 0
+        self._deadline = None
+        self._state = _State.ANSWERING
+        self._send_body(body)
+
+    def _send_body(self, payload: bytes) -> None:
+        node = self.door.node
+        assert self._head is not None
+        key = api.destination(node, self._head.header(DEST_HEADER))
+        if isinstance(key, Answer):
+            self._answer(key)
+        else:
+            api.begin_send(node, key, payload, self._answer)
+
+    def _recv(self, head: RequestHead) -> None:
+        wait = api.recv_wait(_query_value(head.query, "wait", "0"))
+        if isinstance(wait, Answer):
+            self._answer(wait)
+            return
+        closing = self.door.clients.closing(self.transport)
+        taking = asyncio.ensure_future(api.take_for_client(self.door.node, self.door.receiver, closing, wait))
+        taking.add_done_callback(self._taken)
+
+    def _taken(self, taking: asyncio.Future) -> None:
+        if taking.cancelled():
+            self.close()
+            return
+        error = taking.exception()
+        if error is not None:
+            log.error("/recv failed: %r", error)
+            self._answer(text_answer(500, f"internal error: {error.__class__.__name__}"))
+            return
+        answer, message = taking.result()
+        if message is not None and (self.transport is None or self.transport.is_closing()):
+            api.left_before_delivery(self.door.node, message)
+            return
+        self._answer(answer)
+
+    # -- answering ---------------------------------------------------------
+
+    def _answer(self, answer: Answer) -> None:
+        """Write the current request's answer, then go on to the next request."""
+        if self._state is _State.CLOSED:
+            return
+        assert self._head is not None and self.transport is not None
+        if self.transport.is_closing():
+            self._state = _State.CLOSED
+            return
+        keep_alive = self._head.keep_alive and not self._close_after_answer
+        head = render_head(answer, keep_alive, self.door.date.now())
+        if len(answer.body) > JOIN_LIMIT:
+            self.transport.writelines((head, answer.body))
+        else:
+            self.transport.write(head + answer.body if answer.body else head)
+        self.door.http.observe(self._route, answer.status, time.monotonic() - self._started)
+        self._head = None
+        if not keep_alive:
+            self._state = _State.CLOSED
+            self.transport.close()
+            return
+        self._state = _State.HEAD
+        self._idle = True
+        self._set_deadline(KEEPALIVE_TIMEOUT)
+        self._advance()
+
+    # -- handing off -------------------------------------------------------
+
+    def _hand_off(self) -> None:
+        self._state = _State.HANDING_OFF
+        self._deadline = None
+        ready = self.door.full_application()
+        if ready.done():
+            self._handed(ready)
+        else:
+            ready.add_done_callback(self._handed)
+
+    def _handed(self, ready: asyncio.Future[ProtocolFactory]) -> None:
+        if self._state is _State.CLOSED:
+            return
+        assert self.transport is not None
+        if ready.cancelled() or ready.exception() is not None:
+            log.error("the bridge application did not start: %r", None if ready.cancelled() else ready.exception())
+            self.close()
+            return
+        inner = ready.result()()
+        self._inner = inner
+        self._state = _State.HANDED_OFF
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        inner.connection_made(self.transport)
+        if self._writing_paused:
+            inner.pause_writing()
+        data, self._buffer = self._buffer, b""
+        if data:
+            inner.data_received(data)
+
+    # -- deadlines ---------------------------------------------------------
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _set_deadline(self, seconds: float) -> None:
+        """Close (or answer 408) unless the state changes within `seconds`.
+
+        One timer per connection, re-armed only when it fires early: moving
+        a deadline on every request would cost a timer each."""
+        loop = asyncio.get_running_loop()
+        self._deadline = deadline = loop.time() + seconds
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog.when() <= deadline:
+            return
+        if watchdog is not None:
+            watchdog.cancel()
+        self._watchdog = loop.call_at(deadline, self._check_deadline)
+
+    def _check_deadline(self) -> None:
+        self._watchdog = None
+        deadline = self._deadline
+        if deadline is None or self._state is _State.CLOSED:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:
+            self._watchdog = loop.call_at(deadline, self._check_deadline)
+        elif self._state is _State.BODY:
+            self._body = []
+            self._close_after_answer = True  # the rest of the body is never read
+            self._state = _State.ANSWERING
+            self._answer(api.body_timeout(self.door.node, None,
+                                          f"request body not received within {self.door.read_timeout:g}s"))
+        else:
+            self.close()
+
+
+def _query_value(query: str, name: str, default: str) -> str:
+    """The first value of `name` in a query string, percent-decoded."""
+    if not query:
+        return default
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == name:
+            return value
+    return default

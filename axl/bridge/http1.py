@@ -1,0 +1,114 @@
+"""HTTP/1.1 request heads and responses for the bridge's own routes, sans-IO.
+
+The bridge answers its core routes (`POST /send`, `GET /recv`, `GET
+/topology`, `GET /health`) itself, because a general framework's request
+machinery costs more per message than the node's overlay work does. This
+module reads only the plain requests those routes get; anything else it
+declines (`parse_head` returns None), and the connection goes to the full
+application, which handles every other form (docs/architecture.md, "The
+bridge").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from email.utils import formatdate
+from http import HTTPStatus
+
+HEAD_END = b"\r\n\r\n"
+# A head longer than this without its end is not one of ours.
+MAX_HEAD = 16 << 10
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
+_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*")
+# The full application has the rules for these (100-continue, chunked bodies, upgrades).
+_DECLINED_HEADERS = frozenset((b"expect", b"transfer-encoding", b"upgrade"))
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    """A request line and headers (names in lower case) the core routes can serve."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[bytes, bytes]
+    content_length: int
+    keep_alive: bool
+
+    def header(self, name: bytes) -> str:
+        return self.headers.get(name, b"").decode("latin-1")
+
+
+def parse_head(head: bytes) -> RequestHead | None:
+    """The head (without its final blank line), or None when it is not a plain
+    HTTP/1.1 request with at most one Content-Length and none of the headers
+    that need the full application."""
+    lines = head.split(b"\r\n")
+    request_line = _REQUEST_LINE.fullmatch(lines[0])
+    if request_line is None:
+        return None
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        header = _HEADER_LINE.fullmatch(line)
+        if header is None:
+            return None
+        name = header[1].lower()
+        if name in _DECLINED_HEADERS or name == b"content-length" and name in headers:
+            return None
+        headers.setdefault(name, header[2])
+    length_text = headers.get(b"content-length", b"0")
+    if not length_text.isdigit() or len(length_text) > 18:
+        return None
+    method, target = request_line[1].decode(), request_line[2].decode()
+    path, _, query = target.partition("?")
+    return RequestHead(method, path, query, headers, int(length_text),
+                       b"close" not in headers.get(b"connection", b"").lower())
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole response: status, body and the headers beyond the framing ones."""
+
+    status: int
+    body: bytes = b""
+    content_type: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def text_answer(status: int, message: str) -> Answer:
+    return Answer(status, (message + "\n").encode(), "text/plain; charset=utf-8")
+
+
+_STATUS_LINES: dict[int, bytes] = {
+    status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus
+}
+
+
+class HttpDate:
+    """The Date header's value, formatted once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def now(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self._value = formatdate(second, usegmt=True).encode()
+        return self._value
+
+
+def render_head(answer: Answer, keep_alive: bool, date: bytes) -> bytes:
+    """The status line and headers of `answer`, up to and with the blank line."""
+    parts = [_STATUS_LINES[answer.status], b"Content-Length: %d\r\n" % len(answer.body)]
+    if answer.content_type is not None:
+        parts.append(b"Content-Type: %s\r\n" % answer.content_type.encode())
+    for name, value in answer.headers:
+        parts.append(b"%s: %s\r\n" % (name.encode(), value.encode("latin-1")))
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"Date: %s\r\nServer: axl-node\r\n\r\n" % date)
+    return b"".join(parts)

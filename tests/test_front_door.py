@@ -1,0 +1,168 @@
+"""The bridge's front door: plain core requests served by it, the rest by the full application.
+
+The head parser is tested alone; the rest drives a real node over raw
+sockets, so that the order of answers on one connection, the moment a
+connection is handed over, and what each side counts can be seen.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from axl.bridge.http1 import Answer, parse_head, render_head
+from nodes import lone_node, metric_samples
+
+KEY = "ab" * 32
+
+
+# -- request heads ------------------------------------------------------------
+
+
+def test_a_plain_send_head_is_read() -> None:
+    head = parse_head(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + KEY.encode()
+                      + b"\r\nContent-Length:  12 ")
+    assert head is not None
+    assert (head.method, head.path, head.query) == ("POST", "/send", "")
+    assert head.content_length == 12 and head.keep_alive
+    assert head.header(b"x-destination-peer-id") == KEY
+
+
+def test_connection_close_and_the_query_are_kept() -> None:
+    head = parse_head(b"GET /recv?wait=2 HTTP/1.1\r\nConnection: Close")
+    assert head is not None and head.query == "wait=2" and not head.keep_alive
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /health HTTP/1.0",                                        # HTTP/1.0
+    b"POST /send HTTP/1.1\r\nTransfer-Encoding: chunked",            # chunked body
+    b"POST /send HTTP/1.1\r\nExpect: 100-continue",                  # 100-continue
+    b"GET /ws HTTP/1.1\r\nUpgrade: websocket",                       # WebSocket
+    b"POST /send HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1",  # two lengths
+    b"POST /send HTTP/1.1\r\nContent-Length: -1",                    # not a length
+    b"GET /health HTTP/1.1\r\nHost: x\r\n  folded",                  # obsolete line folding
+    b"GET /health HTTP/1.1\r\nBad Name: x",                          # not a header name
+    b"GET http://x/health HTTP/1.1",                                 # absolute form
+    b"get /health HTTP/1.1",                                         # not a method
+])
+def test_other_heads_are_left_to_the_full_application(head: bytes) -> None:
+    assert parse_head(head) is None
+
+
+def test_an_answer_head_carries_its_length_and_the_close() -> None:
+    head = render_head(Answer(404, b"nope\n", "text/plain"), keep_alive=False, date=b"D")
+    assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")
+    assert b"\r\nContent-Length: 5\r\n" in head and b"\r\nConnection: close\r\n" in head
+    assert head.endswith(b"\r\n\r\n")
+
+
+# -- a real node ----------------------------------------------------------------
+
+
+class Responses:
+    """HTTP/1.1 answers read off one socket, in order."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        sock.settimeout(10)
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("the bridge closed the connection")
+        self.buffer += chunk
+
+    def next(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in
+                   (line.partition(":") for line in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        while len(self.buffer) < length:
+            self._fill()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(lines[0].split()[1]), headers, body
+
+    def closed(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except OSError:
+            return True
+
+
+def send_request(dest: str, payload: bytes, extra: bytes = b"") -> bytes:
+    return (b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + dest.encode()
+            + b"\r\nContent-Length: %d\r\n" % len(payload) + extra + b"\r\n" + payload)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    with lone_node(tmp_path_factory.mktemp("front")) as node:
+        yield node
+
+
+def test_pipelined_requests_are_answered_in_order(node) -> None:
+    requests = [send_request(node.peer_id, f"p{i}".encode()) for i in range(5)]
+    requests.append(b"GET /recv?wait=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+    requests.append(send_request("zz", b"bad destination"))
+    requests.append(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+        sock.sendall(b"".join(requests))
+        answers = Responses(sock)
+        sends = [answers.next() for _ in range(5)]
+        assert [(status, headers["x-sent-bytes"]) for status, headers, _ in sends] == [(200, "2")] * 5
+        status, headers, body = answers.next()
+        assert (status, body, headers["x-from-peer-id"]) == (200, b"p0", node.peer_id)
+        assert answers.next()[0] == 400
+        assert answers.next()[0] == 200
+    assert [node.recv(5)[2] for _ in range(4)] == [b"p1", b"p2", b"p3", b"p4"]
+
+
+def test_a_connection_goes_on_with_the_full_application_after_its_first_other_request(node) -> None:
+    with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+        answers = Responses(sock)
+        sock.sendall(send_request(node.peer_id, b"before"))
+        assert answers.next()[0] == 200
+        sock.sendall(b"GET /dashboard/api/peers HTTP/1.1\r\nHost: x\r\n\r\n"
+                     + send_request(node.peer_id, b"after")
+                     + b"GET /recv?wait=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = answers.next()
+        assert status == 200 and headers["content-type"].startswith("application/json")
+        status, headers, _ = answers.next()
+        assert status == 200 and "aiohttp" in headers["server"]  # the full application's answer
+        assert answers.next()[2] == b"before"
+    assert node.recv(5)[2] == b"after"
+    counted = metric_samples(node.request("GET", "/metrics")[2].decode())
+    served = {labels: value for (name, labels), value in counted.items()
+              if name == "axl_http_requests_total"}
+    assert served[(("code", "200"), ("route", "/send"))] >= 2
+    assert served[(("code", "200"), ("route", "/dashboard/api/peers"))] >= 1
+
+
+def test_connection_close_is_honoured(node) -> None:
+    with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+        sock.sendall(b"GET /topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answers = Responses(sock)
+        status, headers, _ = answers.next()
+        assert status == 200 and headers["connection"] == "close"
+        assert answers.closed()
+
+
+def served_by(request: bytes, node) -> tuple[int, str]:
+    with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+        sock.sendall(request)
+        status, headers, _ = Responses(sock).next()
+        return status, headers["server"]
+
+
+def test_http_1_0_and_long_heads_are_answered_by_the_full_application(node) -> None:
+    status, server = served_by(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", node)
+    assert (status, server) == (200, "axl-node")
+    status, server = served_by(b"GET /health HTTP/1.0\r\n\r\n", node)
+    assert status == 200 and "aiohttp" in server
+    status, server = served_by(b"GET /health HTTP/1.1\r\nX-Filler: " + b"f" * (20 << 10) + b"\r\n\r\n", node)
+    assert "aiohttp" in server
