@@ -33,6 +33,7 @@ from axl.tcp.events import (
 )
 from axl.tcp.recovery import NewReno, RttEstimator
 from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
+from axl.tcp.sendbuffer import SendBuffer
 
 SEQ_MODULUS = 1 << 32
 _HALF_SEQ = 1 << 31
@@ -152,7 +153,7 @@ class TcpConnection:
         self._snd_una = iss
         self._snd_nxt = iss
         self._snd_max = iss
-        self._send_buf = bytearray()
+        self._send_buf = SendBuffer()
         self._send_base = iss + 1
         self._fin_queued = False
         self._snd_wnd = 0
@@ -255,7 +256,7 @@ class TcpConnection:
             raise TcpClosedError(f"cannot send in state {self.state.value}")
         accepted = min(len(data), self.send_space)
         if accepted:
-            self._send_buf += memoryview(data)[:accepted]
+            self._send_buf.append(memoryview(data)[:accepted])
         return accepted
 
     def close(self) -> None:
@@ -477,7 +478,7 @@ class TcpConnection:
         acked = ack - self._snd_una
         data_acked = min(ack, self._send_base + len(self._send_buf)) - self._send_base
         if data_acked > 0:
-            del self._send_buf[:data_acked]
+            self._send_buf.drop(data_acked)
             self._send_base += data_acked
         self._snd_una = ack
         if self._snd_nxt < ack:
@@ -723,8 +724,7 @@ class TcpConnection:
 
     def _data_segment(self, seq: int, size: int, fin: bool) -> TcpSegment:
         offset = seq - self._send_base
-        with memoryview(self._send_buf) as view:
-            payload = bytes(view[offset:offset + size])
+        payload = self._send_buf.read(offset, size)
         flags = ACK | (FIN if fin else 0)
         if size and offset + size == len(self._send_buf):
             flags |= PSH
