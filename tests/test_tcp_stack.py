@@ -378,6 +378,21 @@ def test_zero_window_recovers_when_the_reader_drains_late(lose_window_update: bo
     assert bytes(transfers.received[server]) == data
 
 
+def test_an_in_order_segment_reaches_the_application_as_a_read_only_view_of_its_packet() -> None:
+    a, b = _pair()
+    b.listen(PORT)
+    net = Network([a, b])
+    transfers = Transfers(net)
+    client, server = _open(net, transfers, a)
+    client.send(b"x" * 5000)
+    [packet] = a.packets_to_send(net.now)
+    b.receive(packet, net.now)
+    delivered = [e.data for e in iter(b.next_event, None) if isinstance(e, DataReceived)]
+    assert delivered == [b"x" * 5000]
+    assert isinstance(delivered[0], memoryview) and delivered[0].readonly
+    assert delivered[0].obj is packet
+
+
 def test_malformed_packets_raise_and_leave_the_stack_working() -> None:
     from axl.wire import DecodeError
     a, b = _pair()

@@ -48,7 +48,7 @@ class SendMessage:
 @dataclass(frozen=True)
 class DeliverIPv6:
     source_key: bytes
-    packet: bytes
+    packet: bytes | memoryview
 
 
 @dataclass(frozen=True)
@@ -118,18 +118,20 @@ class Core:
     def wrap_ipv6(packet: bytes) -> bytes:
         return bytes((TYPE_IPV6,)) + packet
 
-    def handle(self, source_key: bytes, plaintext: bytes, now: float) -> list[Action]:
+    def handle(self, source_key: bytes, plaintext: bytes | memoryview, now: float) -> list[Action]:
         """Act on one decrypted session message; unknown types are ignored.
 
+        An IPv6 packet is passed on as a view of `plaintext` (a 64 KiB
+        segment is not copied); protocol bodies become bytes.
         `now` is accepted for symmetry with the other sans-IO layers; no
         core reply depends on time.
         """
         if not plaintext:
             return []
         if plaintext[0] == TYPE_IPV6:
-            return [DeliverIPv6(source_key, plaintext[1:])]
+            return [DeliverIPv6(source_key, memoryview(plaintext)[1:])]
         if plaintext[0] == TYPE_PROTO and len(plaintext) > 1:
-            return self._handle_proto(source_key, plaintext[1], plaintext[2:])
+            return self._handle_proto(source_key, plaintext[1], bytes(plaintext[2:]))
         return []
 
     def _handle_proto(self, source_key: bytes, kind: int, body: bytes) -> list[Action]:

@@ -186,9 +186,9 @@ class MessageLayer:
 
     # -- network side ---------------------------------------------------
 
-    def packet_received(self, source_key: bytes, packet: bytes, now: float) -> None:
+    def packet_received(self, source_key: bytes, packet: bytes | memoryview, now: float) -> None:
         """An IPv6 packet for our TCP stack, proven to come from `source_key`."""
-        self._remember_sender(packet[8:24], source_key)
+        self._remember_sender(bytes(packet[8:24]), source_key)
         self.stack.receive(packet, now)
 
     def process(self, now: float) -> None:

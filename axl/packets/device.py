@@ -48,7 +48,7 @@ class DeliverPacket:
     """A checked incoming packet for the local TCP stack."""
 
     source_key: bytes
-    packet: bytes
+    packet: bytes | memoryview
 
 
 Action = SendIPv6 | Lookup | DeliverPacket
@@ -107,7 +107,7 @@ class IPv6Device:
         self.dropped["write_bad_destination"] += 1
         return []
 
-    def read(self, source_key: bytes, packet: bytes, now: float) -> list[Action]:
+    def read(self, source_key: bytes, packet: bytes | memoryview, now: float) -> list[Action]:
         """Check a packet from the overlay, in ipv6rwc's order."""
         if not packet or packet[0] >> 4 != 6 or len(packet) < HEADER_SIZE:
             self.dropped["read_malformed"] += 1

@@ -134,7 +134,7 @@ def packet_too_big(offending: bytes, mtu: int) -> bytes:
     """ICMPv6 Packet Too Big (RFC 4443 3.2) answering `offending`, laid out as
     Yggdrasil's ipv6rwc builds it: addresses swapped, hop limit 255, and at
     most 512 bytes of the offending packet quoted."""
-    src, dst = offending[24:40], offending[8:24]
+    src, dst = bytes(offending[24:40]), bytes(offending[8:24])
     body = bytearray(struct.pack("!BBHI", ICMPV6_PACKET_TOO_BIG, 0, 0, mtu))
     body += offending[:PTB_MAX_QUOTE]
     checksum = internet_checksum(pseudo_header(src, dst, len(body), NEXT_HEADER_ICMPV6), body)

@@ -61,10 +61,11 @@ class SendPacket:
 
 @dataclass(frozen=True)
 class DeliverPlaintext:
-    """A decrypted message from `source_key` for the layer above."""
+    """A decrypted message from `source_key` for the layer above (a read-only
+    view of the decrypted buffer, which nothing else holds)."""
 
     source_key: bytes
-    message: bytes
+    message: bytes | memoryview
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from axl.tcp.events import (
 )
 from axl.tcp.recovery import NewReno, RttEstimator
 from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
-from axl.tcp.sendbuffer import SendBuffer
+from axl.tcp.buffers import ReceiveQueue, SendBuffer
 
 SEQ_MODULUS = 1 << 32
 _HALF_SEQ = 1 << 31
@@ -166,7 +166,7 @@ class TcpConnection:
 
         self._rcv_nxt = 0
         self._rcv_adv = 0
-        self._recv_buf = bytearray()
+        self._recv_buf = ReceiveQueue()
         self._unconsumed = 0
         self._ooo_heap: list[int] = []
         self._ooo: dict[int, bytes] = {}
@@ -301,9 +301,7 @@ class TcpConnection:
     def read(self, max_bytes: int = -1) -> bytes:
         """Take buffered data directly (while paused); reopens the window."""
         self._touch()
-        size = len(self._recv_buf) if max_bytes < 0 else min(max_bytes, len(self._recv_buf))
-        data = bytes(self._recv_buf[:size])
-        del self._recv_buf[:size]
+        data = bytes(self._recv_buf.take(max_bytes))
         self._deliver()
         self._after_drain()
         return data
@@ -519,7 +517,7 @@ class TcpConnection:
         if fin:
             self._peer_fin_seq = seq + len(payload)
         if seq == self._rcv_nxt:
-            self._recv_buf += payload
+            self._recv_buf.append(payload)
             self._rcv_nxt += len(payload)
             self._drain_out_of_order()
             self._ack_now = True
@@ -550,7 +548,7 @@ class TcpConnection:
             self._ooo_bytes -= len(data)
             end = start + len(data)
             if end > self._rcv_nxt:
-                self._recv_buf += memoryview(data)[self._rcv_nxt - start:]
+                self._recv_buf.append(memoryview(data)[self._rcv_nxt - start:])
                 self._rcv_nxt = end
 
     def _receive_fin(self, now: float) -> None:
@@ -591,10 +589,9 @@ class TcpConnection:
     def _deliver(self) -> None:
         """Hand over data, then end-of-stream, then Closed, strictly in that order."""
         if self._reading and self._recv_buf:
-            self._emit(DataReceived(self, bytes(self._recv_buf)))
             if self.config.hold_until_consumed:
                 self._unconsumed += len(self._recv_buf)
-            self._recv_buf.clear()
+            self._emit(DataReceived(self, self._recv_buf.take()))
         if self._recv_buf:
             return
         if self._peer_finished and not self._finished_announced:

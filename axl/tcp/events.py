@@ -32,9 +32,12 @@ class NewConnection(TcpEvent):
 
 @dataclass
 class DataReceived(TcpEvent):
-    """In-order stream bytes, delivered once each."""
+    """In-order stream bytes, delivered once each.
 
-    data: bytes
+    `data` may be a read-only view of a received packet rather than bytes;
+    nothing changes it afterwards, so it can be kept as it is."""
+
+    data: bytes | memoryview
 
 
 @dataclass

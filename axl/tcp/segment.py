@@ -124,11 +124,12 @@ def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 
     return b"".join((ip_header.encode(), header, payload))
 
 
-def decode_packet(packet: bytes, verify_checksum: bool = True) -> TcpPacket:
+def decode_packet(packet: bytes | memoryview, verify_checksum: bool = True) -> TcpPacket:
     """Parse and verify one IPv6/TCP packet; TcpDecodeError on anything malformed.
 
     `verify_checksum=False` is for packets whose integrity something stronger
-    already proved (the session's Poly1305 tag, end to end).
+    already proved (the session's Poly1305 tag, end to end). The payload is
+    a view of `packet`, not a copy: the packet must not change afterwards.
     """
     try:
         header = parse_header(packet)
@@ -138,7 +139,7 @@ def decode_packet(packet: bytes, verify_checksum: bool = True) -> TcpPacket:
         raise TcpDecodeError(f"next header {header.next_header} is not TCP")
     if IPV6_HEADER_SIZE + header.payload_length != len(packet):
         raise TcpDecodeError("IPv6 payload length does not match the packet")
-    tcp = memoryview(packet)[IPV6_HEADER_SIZE:]
+    tcp = memoryview(packet).toreadonly()[IPV6_HEADER_SIZE:]
     if len(tcp) < TCP_HEADER_SIZE:
         raise TcpDecodeError("TCP header truncated")
     src_port, dst_port, seq, ack, offset_byte, flags, window, _, urgent = _TCP_HEADER.unpack_from(tcp)
@@ -150,7 +151,7 @@ def decode_packet(packet: bytes, verify_checksum: bool = True) -> TcpPacket:
         if internet_checksum(pseudo, tcp) != 0:
             raise ChecksumError("TCP checksum mismatch")
     segment = TcpSegment(src_port=src_port, dst_port=dst_port, seq=seq, ack=ack,
-                         flags=flags, window=window, payload=bytes(tcp[header_size:]),
+                         flags=flags, window=window, payload=tcp[header_size:],
                          urgent=urgent)
     _parse_options(tcp[TCP_HEADER_SIZE:header_size], segment)
     return TcpPacket(src=header.src, dst=header.dst, segment=segment, hop_limit=header.hop_limit)

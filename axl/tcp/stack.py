@@ -118,7 +118,7 @@ class TcpStack:
 
     # ---------------------------------------------------------------- network
 
-    def receive(self, packet: bytes, now: float) -> None:
+    def receive(self, packet: bytes | memoryview, now: float) -> None:
         """Handle one IPv6 packet; raises DecodeError (TcpDecodeError) if malformed."""
         decoded = decode_packet(packet, self.verify_checksums)
         if decoded.dst != self.local_address:

@@ -1,12 +1,17 @@
-"""The bytes a connection was given to send and the peer has not acknowledged.
+"""A connection's stream buffers, kept as chunks instead of one bytearray.
 
-A bytearray that is appended at the back and cut at the front copies its
+Send side: a bytearray appended at the back and cut at the front copies its
 whole content whenever an append outgrows the space left behind the cut:
 with a 4 MiB buffer refilled by 64 KiB per acknowledgement that averaged
-43 us per segment, more than the copy of the segment itself. This buffer
+43 us per segment, more than the copy of the segment itself. `SendBuffer`
 keeps the chunks it was handed instead, by reference when they are
 immutable (`bytes`, or a read-only view of `bytes`), so queueing a 16 MiB
 message copies nothing and a segment inside one chunk is a view of it.
+
+Receive side: a segment's payload is a read-only view of the session's
+decrypted packet, which nothing else holds or changes. `ReceiveQueue` keeps
+those views and hands a lone one over as it is, where appending to a
+bytearray and copying it out cost two copies of every segment.
 """
 
 from __future__ import annotations
@@ -80,3 +85,36 @@ class SendBuffer:
             pieces.append(piece)
             missing -= len(piece)
         return b"".join(pieces)
+
+
+class ReceiveQueue:
+    """In-order received bytes the application has not taken yet.
+
+    Chunks must not change once queued: `bytes`, or read-only views of
+    memory nobody else writes (a decrypted packet).
+    """
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes | memoryview] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, data: bytes | memoryview) -> None:
+        if data:
+            self._chunks.append(data)
+            self._size += len(data)
+
+    def take(self, size: int = -1) -> bytes | memoryview:
+        """Remove and return the first `size` bytes (all when negative): a lone
+        chunk taken whole is returned as it is, anything else as one copy."""
+        if size < 0 or size >= self._size:
+            chunks, self._chunks, self._size = self._chunks, [], 0
+            if len(chunks) == 1:
+                return chunks[0]
+            return b"".join(chunks)
+        joined = b"".join(self._chunks)
+        self._chunks = [joined[size:]] if size < len(joined) else []
+        self._size -= size
+        return joined[:size]

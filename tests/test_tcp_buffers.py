@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from axl.tcp.sendbuffer import SendBuffer
+from axl.tcp.buffers import ReceiveQueue, SendBuffer
 from fuzzing import FUZZ
 
 
@@ -74,3 +74,15 @@ def test_reads_match_a_plain_byte_string_model(ops: list, data: st.DataObject) -
         offset = data.draw(st.integers(min_value=0, max_value=len(model)))
         size = data.draw(st.integers(min_value=0, max_value=len(model) - offset))
         assert bytes(buffer.read(offset, size)) == model[offset:offset + size]
+
+
+def test_receive_queue_hands_a_lone_chunk_over_as_it_is_and_joins_several() -> None:
+    queue = ReceiveQueue()
+    view = memoryview(b"segment payload").toreadonly()
+    queue.append(view)
+    queue.append(b"")
+    assert len(queue) == 15 and queue.take() is view and len(queue) == 0
+    queue.append(b"abc")
+    queue.append(memoryview(b"defgh"))
+    assert queue.take(4) == b"abcd" and len(queue) == 4
+    assert queue.take() == b"efgh" and not queue
