@@ -53,6 +53,8 @@ class BridgeNode(ObservedNode, Protocol):
 
     async def recv(self, wait: float, until: asyncio.Future | None = None) -> QueuedMessage | None: ...
 
+    def take(self, wait: float, until: asyncio.Future | None = None) -> asyncio.Future: ...
+
     def give_back(self, messages: list[QueuedMessage]) -> None: ...
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
@@ -196,20 +198,24 @@ def recv_wait(text: str) -> float | Answer:
     return wait
 
 
-async def take_for_client(node: BridgeNode, slot: ReceiverSlot, closing: asyncio.Future | None,
-                          wait: float) -> tuple[Answer, QueuedMessage | None]:
-    """A /recv's answer and the message it carries, taken only while the client is still there.
-
-    Waits up to `wait` seconds for a message or for the client to leave
-    (`closing` settles), whichever comes first; a client that left gets
-    nothing taken for it. The caller gives the message back if writing
-    the answer fails.
-    """
+def recv_refusal(slot: ReceiverSlot, closing: asyncio.Future | None) -> Answer | None:
+    """What a /recv answers before waiting at all: 409 while a /ws receiver
+    is attached, 204 when its client has already left; else None."""
     if slot.holder is not None:
-        return text_answer(409, RECEIVER_ATTACHED), None
+        return text_answer(409, RECEIVER_ATTACHED)
     if closing is None:
-        return Answer(204), None
-    message = await node.recv(wait, until=closing)
+        return Answer(204)
+    return None
+
+
+def recv_answer(node: BridgeNode, slot: ReceiverSlot,
+                message: QueuedMessage | None) -> tuple[Answer, QueuedMessage | None]:
+    """A /recv's answer once its wait is over, and the message it carries.
+
+    The wait (`node.take(wait, until=closing)`) takes a message only while
+    the client is still there, and ends early when it leaves. The caller
+    gives the message back if writing the answer fails.
+    """
     if message is None:
         return Answer(204), None
     if slot.holder is not None:

@@ -74,7 +74,10 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     if isinstance(wait, Answer):
         return response_for(wait)
     closing = request.app[CLIENTS].closing(request.transport)
-    answer, message = await api.take_for_client(node, request.app[RECEIVER], closing, wait)
+    refusal = api.recv_refusal(request.app[RECEIVER], closing)
+    if refusal is not None:
+        return response_for(refusal)
+    answer, message = api.recv_answer(node, request.app[RECEIVER], await node.recv(wait, until=closing))
     response = response_for(answer)
     if message is None:
         return response

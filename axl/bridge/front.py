@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.http1 import HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head, text_answer
+from axl.bridge.http1 import HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head
 from axl.observe.httpstats import HttpStats
 
 log = logging.getLogger("axl.bridge")
@@ -265,19 +265,17 @@ class BridgeConnection(asyncio.Protocol):
             self._answer(wait)
             return
         closing = self.door.clients.closing(self.transport)
-        taking = asyncio.ensure_future(api.take_for_client(self.door.node, self.door.receiver, closing, wait))
-        taking.add_done_callback(self._taken)
+        refusal = api.recv_refusal(self.door.receiver, closing)
+        if refusal is not None:
+            self._answer(refusal)
+            return
+        self.door.node.take(wait, until=closing).add_done_callback(self._taken)
 
     def _taken(self, taking: asyncio.Future) -> None:
         if taking.cancelled():
             self.close()
             return
-        error = taking.exception()
-        if error is not None:
-            log.error("/recv failed: %r", error)
-            self._answer(text_answer(500, f"internal error: {error.__class__.__name__}"))
-            return
-        answer, message = taking.result()
+        answer, message = api.recv_answer(self.door.node, self.door.receiver, taking.result())
         if message is not None and (self.transport is None or self.transport.is_closing()):
             api.left_before_delivery(self.door.node, message)
             return

@@ -21,12 +21,13 @@ HEAD_END = b"\r\n\r\n"
 # A head longer than this without its end is not one of ours.
 MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
-_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*")
+# Header lines, each ending in CRLF: a token, a colon, a value without control characters.
+_HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")
 # The full application has the rules for these (100-continue, chunked bodies, upgrades).
 _DECLINED_HEADERS = frozenset((b"expect", b"transfer-encoding", b"upgrade"))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestHead:
     """A request line and headers (names in lower case) the core routes can serve."""
 
@@ -45,19 +46,22 @@ def parse_head(head: bytes) -> RequestHead | None:
     """The head (without its final blank line), or None when it is not a plain
     HTTP/1.1 request with at most one Content-Length and none of the headers
     that need the full application."""
-    lines = head.split(b"\r\n")
-    request_line = _REQUEST_LINE.fullmatch(lines[0])
+    line_end = head.find(b"\r\n")
+    request_line = _REQUEST_LINE.fullmatch(head if line_end < 0 else head[:line_end])
     if request_line is None:
         return None
     headers: dict[bytes, bytes] = {}
-    for line in lines[1:]:
-        header = _HEADER_LINE.fullmatch(line)
-        if header is None:
+    if line_end >= 0:
+        # One pass of the regular expression checks every line; then plain splits.
+        lines = head[line_end + 2:] + b"\r\n"
+        if _HEADER_LINES.fullmatch(lines) is None:
             return None
-        name = header[1].lower()
-        if name in _DECLINED_HEADERS or name == b"content-length" and name in headers:
-            return None
-        headers.setdefault(name, header[2])
+        for line in lines.split(b"\r\n")[:-1]:
+            name, _, value = line.partition(b":")
+            name = name.lower()
+            if name in _DECLINED_HEADERS or name == b"content-length" and name in headers:
+                return None
+            headers.setdefault(name, value.strip(b" \t"))
     length_text = headers.get(b"content-length", b"0")
     if not length_text.isdigit() or len(length_text) > 18:
         return None
@@ -67,7 +71,7 @@ def parse_head(head: bytes) -> RequestHead | None:
                        b"close" not in headers.get(b"connection", b"").lower())
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answer:
     """A whole response: status, body and the headers beyond the framing ones."""
 

@@ -89,36 +89,46 @@ class Inbox:
         self._bytes -= len(message.payload)
         return message
 
-    async def get(self, wait: float, until: asyncio.Future | None = None) -> InboxMessage | None:
-        """Dequeue one message, waiting up to `wait` seconds for one to arrive,
-        or None once `until` (if given) settles: the client has left.
-
-        A caller cancelled after a message was handed to it gives it back.
+    def take(self, wait: float, until: asyncio.Future | None = None) -> asyncio.Future[InboxMessage | None]:
+        """The next message as a future, for a caller that would rather not
+        run a task per poll: settled at once when a message is queued (or
+        `wait` is 0), else with the next message to arrive, or with None when
+        `wait` seconds pass or `until` (if given) settles: the client has left.
         """
-        if until is not None and until.done():
-            return None
-        message = self.get_nowait()
-        if message is not None or wait <= 0:
-            return message
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[InboxMessage | None] = loop.create_future()
+        if until is not None and until.done():
+            waiter.set_result(None)
+            return waiter
+        message = self.get_nowait()
+        if message is not None or wait <= 0:
+            waiter.set_result(message)
+            return waiter
         self._waiters.append(waiter)
         timer = loop.call_later(wait, _give_up, waiter)
         gives_up = partial(_give_up, waiter)
         if until is not None:
             until.add_done_callback(gives_up)
+        waiter.add_done_callback(partial(self._waited, timer, until, gives_up))
+        return waiter
+
+    def _waited(self, timer: asyncio.TimerHandle, until: asyncio.Future | None,
+                gives_up: partial, waiter: asyncio.Future) -> None:
+        timer.cancel()
+        if until is not None:
+            until.remove_done_callback(gives_up)
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+    async def get(self, wait: float, until: asyncio.Future | None = None) -> InboxMessage | None:
+        """`take`, awaited. A caller cancelled after a message was handed to it gives it back."""
+        waiter = self.take(wait, until)
         try:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
                 self.give_back([waiter.result()])
             raise
-        finally:
-            timer.cancel()
-            if until is not None:
-                until.remove_done_callback(gives_up)
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
 
 
 def _give_up(waiter: asyncio.Future, _settled: object = None) -> None:

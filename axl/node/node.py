@@ -186,6 +186,10 @@ class Node:
         """The next queued message, waiting up to `wait` seconds, or None once `until` settles."""
         return await self.inbox.get(wait, until)
 
+    def take(self, wait: float, until: asyncio.Future | None = None) -> asyncio.Future[InboxMessage | None]:
+        """`recv` as a future, with no task (see Inbox.take)."""
+        return self.inbox.take(wait, until)
+
     def give_back(self, messages: list[InboxMessage]) -> None:
         """Messages taken by `recv` that their client never got go back to the front."""
         self.inbox.give_back(messages)
