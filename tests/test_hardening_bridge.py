@@ -107,6 +107,15 @@ def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
         assert closed_by_peer(sock, within=8)
 
 
+def test_a_stalled_second_head_is_disconnected(cluster) -> None:
+    a, _ = cluster.nodes
+    with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_status(sock) == 200
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        assert closed_by_peer(sock, within=8)
+
+
 def test_silent_clients_on_listen_port_time_out_while_peerings_form(cluster, tmp_path) -> None:
     a = cluster.nodes[0]
     loris = [socket.create_connection(("127.0.0.1", a.listen_port)) for _ in range(LORIS_COUNT)]
