@@ -55,6 +55,8 @@ def test_an_answer_head_carries_its_length_and_the_close() -> None:
     assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")
     assert b"\r\nContent-Length: 5\r\n" in head and b"\r\nConnection: close\r\n" in head
     assert head.endswith(b"\r\n\r\n")
+    no_content = render_head(Answer(204), keep_alive=True, date=b"D")
+    assert no_content.startswith(b"HTTP/1.1 204 No Content\r\n") and b"Content-Length" not in no_content
 
 
 # -- a real node ----------------------------------------------------------------

@@ -107,7 +107,9 @@ class HttpDate:
 
 def render_head(answer: Answer, keep_alive: bool, date: bytes) -> bytes:
     """The status line and headers of `answer`, up to and with the blank line."""
-    parts = [_STATUS_LINES[answer.status], b"Content-Length: %d\r\n" % len(answer.body)]
+    parts = [_STATUS_LINES[answer.status]]
+    if answer.status != 204:  # a 204 has no body, and says nothing of its length (RFC 9110 8.6)
+        parts.append(b"Content-Length: %d\r\n" % len(answer.body))
     if answer.content_type is not None:
         parts.append(b"Content-Type: %s\r\n" % answer.content_type.encode())
     for name, value in answer.headers:
