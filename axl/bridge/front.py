@@ -383,6 +383,9 @@ def _query_value(query: str, name: str, default: str) -> str:
     """The first value of `name` in a query string, percent-decoded."""
     if not query:
         return default
+    if "%" not in query and "+" not in query:
+        pairs = (pair.partition("=") for pair in query.split("&") if pair)
+        return next((value for key, _, value in pairs if key == name), default)
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key == name:
             return value

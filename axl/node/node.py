@@ -175,7 +175,8 @@ class Node:
         task per send. Raises MessageTooLarge at once."""
         handle = self.core.send_message(dest_key, payload, time.monotonic(), flush=False)
         self._flush_soon()
-        return self._outcome(handle)
+        # The turn's flush drains the core (its frames, events and timer) for every send started in it.
+        return self._future_for(handle)
 
     def keeps_order(self, dest_key: bytes) -> bool:
         """Whether sends to `dest_key` started now arrive in the order started,
@@ -200,10 +201,14 @@ class Node:
 
     def _outcome(self, handle: int) -> asyncio.Future:
         """The future the core's verdict on `handle` settles (its deadlines
-        bound the wait)."""
+        bound the wait), after writing what the call into the core left."""
+        future = self._future_for(handle)
+        self._drain()
+        return future
+
+    def _future_for(self, handle: int) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         self._waiting[handle] = future
-        self._drain()
         return future
 
     def _inbound(self, event: InboundMessage) -> None:
