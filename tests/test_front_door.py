@@ -26,7 +26,7 @@ def test_a_plain_send_head_is_read() -> None:
     assert head is not None
     assert (head.method, head.path, head.query) == ("POST", "/send", "")
     assert head.content_length == 12 and head.keep_alive
-    assert head.header(b"x-destination-peer-id") == KEY
+    assert head.destination == KEY
 
 
 def test_connection_close_and_the_query_are_kept() -> None:

@@ -39,7 +39,6 @@ KEEPALIVE_TIMEOUT = 75.0
 MAX_READ_AHEAD = 1 << 20
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
-DEST_HEADER = api.DEST_HEADER.lower().encode()
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 
@@ -253,7 +252,7 @@ class BridgeConnection(asyncio.Protocol):
     def _send_body(self, payload: bytes) -> None:
         node = self.door.node
         assert self._head is not None
-        key = api.destination(node, self._head.header(DEST_HEADER))
+        key = api.destination(node, self._head.destination)
         if isinstance(key, Answer):
             self._answer(key)
         else:

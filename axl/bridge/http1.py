@@ -23,52 +23,57 @@ MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
 # Header lines, each ending in CRLF: a token, a colon, a value without control characters.
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")
-# The full application has the rules for these (100-continue, chunked bodies, upgrades).
-_DECLINED_HEADERS = frozenset((b"expect", b"transfer-encoding", b"upgrade"))
 
 
 @dataclass(slots=True)
 class RequestHead:
-    """A request line and headers (names in lower case) the core routes can serve."""
+    """A request line and what the core routes read of the headers."""
 
     method: str
     path: str
     query: str
-    headers: dict[bytes, bytes]
     content_length: int
     keep_alive: bool
-
-    def header(self, name: bytes) -> str:
-        return self.headers.get(name, b"").decode("latin-1")
+    destination: str  # X-Destination-Peer-Id, as sent ("" when absent)
 
 
 def parse_head(head: bytes) -> RequestHead | None:
     """The head (without its final blank line), or None when it is not a plain
     HTTP/1.1 request with at most one Content-Length and none of the headers
-    that need the full application."""
+    that need the full application.
+
+    One pass of a regular expression checks every header line, and the few
+    headers the core routes read are found in the head lowered once: no
+    Python loop over the headers a client sends."""
     line_end = head.find(b"\r\n")
     request_line = _REQUEST_LINE.fullmatch(head if line_end < 0 else head[:line_end])
     if request_line is None:
         return None
-    headers: dict[bytes, bytes] = {}
-    if line_end >= 0:
-        # One pass of the regular expression checks every line; then plain splits.
-        lines = head[line_end + 2:] + b"\r\n"
-        if _HEADER_LINES.fullmatch(lines) is None:
-            return None
-        for line in lines.split(b"\r\n")[:-1]:
-            name, _, value = line.partition(b":")
-            name = name.lower()
-            if name in _DECLINED_HEADERS or name == b"content-length" and name in headers:
-                return None
-            headers.setdefault(name, value.strip(b" \t"))
-    length_text = headers.get(b"content-length", b"0")
+    block = b"\r\n" if line_end < 0 else head[line_end:] + b"\r\n"
+    if _HEADER_LINES.fullmatch(block, 2) is None:
+        return None
+    lowered = block.lower()
+    # The full application has the rules for 100-continue, chunked bodies and upgrades.
+    if (b"\r\nexpect:" in lowered or b"\r\ntransfer-encoding:" in lowered or b"\r\nupgrade:" in lowered
+            or lowered.count(b"\r\ncontent-length:") > 1):
+        return None
+    length_text = _header(block, lowered, b"\r\ncontent-length:") or b"0"
     if not length_text.isdigit() or len(length_text) > 18:
         return None
     method, target = request_line[1].decode(), request_line[2].decode()
     path, _, query = target.partition("?")
-    return RequestHead(method, path, query, headers, int(length_text),
-                       b"close" not in headers.get(b"connection", b"").lower())
+    return RequestHead(method, path, query, int(length_text),
+                       b"close" not in _header(lowered, lowered, b"\r\nconnection:"),
+                       _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"))
+
+
+def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:
+    """The value of the first header line beginning `line_start` (lower case), or b""."""
+    start = lowered.find(line_start)
+    if start < 0:
+        return b""
+    start += len(line_start)
+    return block[start:block.find(b"\r\n", start)].strip(b" \t")
 
 
 @dataclass(slots=True)
