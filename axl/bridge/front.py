@@ -41,6 +41,8 @@ MAX_READ_AHEAD = 1 << 20
 JOIN_LIMIT = 64 << 10
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
+# The GET routes the front door serves, by path: the BridgeConnection method for each.
+_GET_ROUTES = {"/recv": "_recv", "/topology": "_topology", "/health": "_health"}
 
 
 @dataclass
@@ -210,7 +212,8 @@ class BridgeConnection(asyncio.Protocol):
             return self._send if head.content_length <= self.door.node.max_message_size else None
         if head.method != "GET" or head.content_length:
             return None
-        return {"/recv": self._recv, "/topology": self._topology, "/health": self._health}.get(head.path)
+        name = _GET_ROUTES.get(head.path)
+        return getattr(self, name) if name is not None else None
 
     # -- the routes --------------------------------------------------------
 
