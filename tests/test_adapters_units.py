@@ -41,6 +41,20 @@ def test_service_field_matches_case_insensitively_like_go(key: str) -> None:
     assert envelope.service == "weather"
 
 
+@pytest.mark.parametrize("text", [
+    '{"\\u0073ervice": "weather", "request": {"id": 1, "method": "x"}}',   # an escaped ASCII letter
+    '{"\u017fervice": "weather", "request": {"id": 1, "method": "x"}}',     # a raw long s, as UTF-8
+])
+def test_keys_spelled_other_than_in_ascii_still_match(text: str) -> None:
+    envelope = mcp(text)
+    assert isinstance(envelope, McpEnvelope) and envelope.service == "weather"
+
+
+def test_a_json_message_naming_no_field_is_not_an_envelope() -> None:
+    assert mcp(json.dumps({"topic": "votes", "data": "x" * 900})) is None
+    assert isinstance(mcp('{"A2\\u0041": true, "request": {"method": "m"}}'), A2aEnvelope)
+
+
 def test_go_fold_maps_kelvin_long_s_and_dotless_i_but_not_dotted_capital_i() -> None:
     assert go_fold("\u212a") == go_fold("k")
     assert go_fold("\u017f") == go_fold("s")

@@ -220,13 +220,24 @@ def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnve
     """
     if not (mcp_enabled or a2a_enabled) or not _OBJECT_START.match(payload):
         return None
-    if mcp_enabled:
+    lowered = _lowered_if_plain(payload)
+    if mcp_enabled and (lowered is None or b"service" in lowered):
         mcp = parse_mcp_envelope(payload)
         if mcp is not None:
             return mcp
-    if a2a_enabled:
+    if a2a_enabled and (lowered is None or b"a2a" in lowered):
         return parse_a2a_envelope(payload)
     return None
+
+
+def _lowered_if_plain(payload: bytes) -> bytes | None:
+    """`payload` in lower case when a key could only match a field name by
+    spelling it out in ASCII: no \\u escape, no non-ASCII rune (Go folds
+    some onto ASCII letters). A JSON message that is not an envelope (a
+    gossip message, say) is then refused without decoding it; else None."""
+    if not payload.isascii() or b"\\u" in payload:
+        return None
+    return payload.lower()
 
 
 def dumps(value: Any) -> str:
