@@ -52,12 +52,13 @@ class BridgeServer:
         return self._full
 
     async def _start_full_application(self) -> ProtocolFactory:
-        from axl.bridge.app import FullApplication  # aiohttp loads here, on first need
         started = time.monotonic()
+        from axl.bridge.app import FullApplication  # aiohttp loads here, on first need
         self._full_app = FullApplication(self.node, self.clients, self.receiver, self.observatory,
                                          KEEPALIVE_TIMEOUT)
         factory = await self._full_app.start()
-        log.debug("bridge application loaded in %.0f ms", (time.monotonic() - started) * 1000)
+        log.info("full application loaded for the first request beyond /send, /recv, "
+                 "/topology and /health (%.0f ms)", (time.monotonic() - started) * 1000)
         return factory
 
     async def stop(self) -> None:
