@@ -31,6 +31,15 @@ def child_env(loop: str) -> dict[str, str]:
     return env
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a live process has used, from /proc (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of a live process, from /proc (0 once it has gone)."""
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
-from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, rss_bytes
+from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, cpu_seconds, rss_bytes
 from axl.bench.report import percentile
 
 MB = 1_000_000
@@ -245,9 +245,12 @@ class LoopBench:
                     received_at[_SMALL_HEADER.unpack_from(body)[0]] = time.perf_counter()
 
         receivers = [asyncio.create_task(receiver()) for _ in range(sizes.small_receivers)]
+        cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time())
         start = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(sizes.small_senders)))
         elapsed = time.perf_counter() - start
+        cpu_used = [after - before for before, after in zip(
+            cpu_before, (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time()))]
         senders_done.set()
         await asyncio.gather(*receivers)
         latencies = [(received_at[i] - sent_at[i]) * 1000 for i in received_at]
@@ -257,6 +260,9 @@ class LoopBench:
             small_failed=float(failed),
             latency_p50_ms=percentile(latencies, 0.50),
             latency_p99_ms=percentile(latencies, 0.99),
+            small_cpu_sender_ms=cpu_used[0] / sizes.small_count * 1000,
+            small_cpu_receiver_ms=cpu_used[1] / sizes.small_count * 1000,
+            small_cpu_client_ms=cpu_used[2] / sizes.small_count * 1000,
         )
 
     # -- the streaming bridge ------------------------------------------------
