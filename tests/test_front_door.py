@@ -7,7 +7,9 @@ connection is handed over, and what each side counts can be seen.
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 
 import pytest
 
@@ -168,3 +170,61 @@ def test_http_1_0_and_long_heads_are_answered_by_the_full_application(node) -> N
     assert status == 200 and "aiohttp" in server
     status, server = served_by(b"GET /health HTTP/1.1\r\nX-Filler: " + b"f" * (20 << 10) + b"\r\n\r\n", node)
     assert "aiohttp" in server
+
+
+# -- ordinary clients, each reusing one connection --------------------------------
+
+
+def exchange_with_requests(node) -> list[tuple[int, bytes]]:
+    import requests
+    with requests.Session() as session:
+        results = []
+        for i in range(3):
+            sent = session.post(f"{node.url}/send", data=f"r{i}".encode(),
+                                headers={"X-Destination-Peer-Id": node.peer_id}, timeout=10)
+            got = session.get(f"{node.url}/recv", params={"wait": "5"}, timeout=10)
+            results += [(sent.status_code, sent.content), (got.status_code, got.content)]
+        empty = session.get(f"{node.url}/recv", timeout=10)
+        return results + [(empty.status_code, empty.content)]
+
+
+def exchange_with_http_client(node) -> list[tuple[int, bytes]]:
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", node.api_port, timeout=10)
+    results = []
+    try:
+        for i in range(3):
+            for method, path, body in (("POST", "/send", f"h{i}".encode()), ("GET", "/recv?wait=5", None)):
+                connection.request(method, path, body=body, headers={"X-Destination-Peer-Id": node.peer_id})
+                response = connection.getresponse()
+                results.append((response.status, response.read()))
+        connection.request("GET", "/recv")
+        response = connection.getresponse()
+        results.append((response.status, response.read()))
+    finally:
+        connection.close()
+    return results
+
+
+def expected(prefix: str) -> list[tuple[int, bytes]]:
+    pairs = [[(200, b""), (200, f"{prefix}{i}".encode())] for i in range(3)]
+    return [pair for two in pairs for pair in two] + [(204, b"")]
+
+
+@pytest.mark.parametrize("client, prefix", [(exchange_with_requests, "r"), (exchange_with_http_client, "h")])
+def test_keep_alive_clients_read_every_answer(node, client, prefix) -> None:
+    assert client(node) == expected(prefix)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_reuses_its_connection_across_answers(node) -> None:
+    """curl, given several URLs, sends them on one connection when the answers'
+    framing lets it (the 204 included), and says so on stderr."""
+    send = ["-X", "POST", "-H", f"X-Destination-Peer-Id: {node.peer_id}", "--data-binary", "c0",
+            f"{node.url}/send", "--next"]
+    result = subprocess.run(["curl", "-sS", "-v", *send, f"{node.url}/recv?wait=5", "--next",
+                             f"{node.url}/recv", "--next", f"{node.url}/health", "-w", "%{http_code}\\n"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("c0") and result.stdout.rstrip().endswith("200")
+    assert result.stderr.count("Re-using existing connection") >= 2
