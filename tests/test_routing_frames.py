@@ -18,6 +18,7 @@ from axl.routing.frames import (
     notify_info_bytes,
     sig_bytes,
     split_frame,
+    traffic_frame,
 )
 from axl.routing.router import tree_distance
 from axl.wire import DecodeError, encode_frame
@@ -87,6 +88,23 @@ def test_traffic_encodes_with_a_lowered_watermark(vector):
                           traffic.payload)
         assert traffic.encode(watermark) == lowered.encode()
         assert Traffic.decode(traffic.encode(watermark)).watermark == watermark
+
+
+@pytest.mark.parametrize("vector", TRAFFIC_FRAMES, ids=[f["note"][:50] for f in TRAFFIC_FRAMES])
+@pytest.mark.parametrize("payload_size", [None, 100, 65_600])
+def test_traffic_frame_in_one_join_is_the_framed_body(vector, payload_size):
+    """The forwarding path builds the frame from head and payload directly;
+    it must be byte for byte what framing the encoded body gives."""
+    frame = bytes.fromhex(vector["frame_hex"])
+    traffic = decode_body(*split_frame(frame))
+    if payload_size is not None:
+        traffic = Traffic(traffic.path, traffic.from_path, traffic.source, traffic.dest,
+                          traffic.watermark, memoryview(bytes(range(256)) * 257)[:payload_size])
+    else:
+        assert traffic_frame(traffic.head(), traffic.payload) == frame
+    for watermark in (0, 300, traffic.watermark):
+        assert (traffic_frame(traffic.head(watermark), traffic.payload)
+                == encode_frame(9, traffic.encode(watermark)))
 
 
 @pytest.mark.parametrize("vector", ROUTING_FRAMES, ids=[f["note"][:50] for f in ROUTING_FRAMES])

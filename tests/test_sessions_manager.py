@@ -194,7 +194,7 @@ def test_unknown_key_combination_and_bad_decrypt_send_init():
     a, b, net = pair()
     handshake(a, b, net)
     [traffic] = a.send(key(b), b"x", T0 + 1)
-    tampered = traffic.packet[:-1] + bytes([traffic.packet[-1] ^ 1])
+    tampered = bytes(traffic.packet[:-1]) + bytes([traffic.packet[-1] ^ 1])
     [reply] = b.receive(key(a), tampered, T0 + 1)
     assert reply.packet[0] == TYPE_INIT
     unknown_seq = bytes([TYPE_TRAFFIC, 90, 90]) + traffic.packet[3:]

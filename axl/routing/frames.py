@@ -204,16 +204,18 @@ class Traffic:
     source: bytes
     dest: bytes
     watermark: int
-    payload: bytes
+    payload: bytes | memoryview
+
+    def head(self, watermark: int | None = None) -> bytes:
+        """The body up to the payload. `watermark`, when given, is written
+        instead of the stored one: a forwarder lowers it on every packet, and
+        a new frozen frame (as `dataclasses.replace` makes) costs more than
+        the encoding itself."""
+        return (encode_path(self.path) + encode_path(self.from_path) + self.source + self.dest
+                + encode_uvarint(self.watermark if watermark is None else watermark))
 
     def encode(self, watermark: int | None = None) -> bytes:
-        """`watermark`, when given, is written instead of the stored one: a
-        forwarder lowers it on every packet, and a new frozen frame (as
-        `dataclasses.replace` makes) costs more than the encoding itself."""
-        return (
-            encode_path(self.path) + encode_path(self.from_path) + self.source + self.dest
-            + encode_uvarint(self.watermark if watermark is None else watermark) + self.payload
-        )
+        return self.head(watermark) + self.payload
 
     @classmethod
     def decode(cls, body: bytes) -> "Traffic":
@@ -221,6 +223,16 @@ class Traffic:
         path, from_path = read_path(reader), read_path(reader)
         source, dest, watermark = reader.key(), reader.key(), reader.uvarint()
         return cls(path, from_path, source, dest, watermark, reader.rest())
+
+
+def traffic_frame(head: bytes, payload: bytes | memoryview) -> bytes:
+    """The link frame of a traffic body (`uvarint(N) || type || head ||
+    payload`, as wire.encode_frame writes it) in one join: encoding the body
+    and then framing it copied a 64 KiB payload twice."""
+    return b"".join((encode_uvarint(1 + len(head) + len(payload)), _TRAFFIC_TYPE, head, payload))
+
+
+_TRAFFIC_TYPE = bytes((TYPE_TRAFFIC,))
 
 
 FRAME_CLASSES = {

@@ -46,6 +46,7 @@ from axl.routing.frames import (
     SigRes,
     Traffic,
     sig_bytes,
+    traffic_frame,
 )
 from axl.routing.pathfinder import Pathfinder
 from axl.wire import MAX_FRAME, DecodeError, encode_frame
@@ -307,21 +308,21 @@ class Router:
         return out
 
     def _send_tree(self, link: _Link, ftype: int, body: bytes) -> None:
-        if self._fits(body):
+        if self._fits(len(body)):
             self._out.append(SendFrame(link.link_id, encode_frame(ftype, body)))
 
     def _send_queued(self, link: _Link, ftype: int, body: bytes, dest: bytes, source: bytes) -> None:
-        if self._fits(body):
+        if self._fits(len(body)):
             self._out.append(SendTraffic(link.link_id, encode_frame(ftype, body), dest + source))
 
-    def _fits(self, body: bytes) -> bool:
+    def _fits(self, body_size: int) -> bool:
         """Drop, as Go does, a frame over the link limit: a peer would close the link on it.
 
         Answers can outgrow what they answer (a PathNotify carries our path
         beside the lookup's, a PathBroken a full watermark), so a remote node
         could otherwise make us send one.
         """
-        if len(body) + 1 <= MAX_FRAME:
+        if body_size + 1 <= MAX_FRAME:
             return True
         self.oversized_dropped += 1
         return False
@@ -647,7 +648,10 @@ class Router:
     def _route_traffic(self, traffic: Traffic) -> None:
         link, watermark = self._next_hop(traffic.path, traffic.watermark)
         if link is not None:
-            self._send_queued(link, TYPE_TRAFFIC, traffic.encode(watermark), traffic.dest, traffic.source)
+            head = traffic.head(watermark)
+            if self._fits(len(head) + len(traffic.payload)):
+                frame = traffic_frame(head, traffic.payload)
+                self._out.append(SendTraffic(link.link_id, frame, traffic.dest + traffic.source))
         elif traffic.dest == self.key:
             self._pathfinder.reset_timeout(traffic.source)
             self._out.append(DeliverTraffic(traffic.source, traffic.payload))

@@ -67,8 +67,11 @@ def box_nonce(counter: int) -> bytes:
     return _NONCE_PREFIX + struct.pack("!Q", counter)
 
 
-def seal(message: bytes, counter: int, key: bytes, header: bytes = b"", prefix: bytes = b"") -> bytes:
-    """`header` followed by the box of `prefix` + `message`.
+def seal(message: bytes | memoryview, counter: int, key: bytes, header: bytes = b"",
+         prefix: bytes = b"") -> memoryview:
+    """`header` followed by the box of `prefix` + `message`, as a read-only
+    view of the buffer it was encrypted in (nothing else holds that buffer;
+    the router copies it once, into the link frame).
 
     The packet is laid out once in one buffer and encrypted in place by
     libsodium's crypto_box_easy_afternm (tag in front, as crypto_box_afternm
@@ -86,7 +89,7 @@ def seal(message: bytes, counter: int, key: bytes, header: bytes = b"", prefix: 
     if lib.crypto_box_easy_afternm(out + start, out + start + BOX_OVERHEAD, length,
                                    box_nonce(counter), key) != 0:
         raise CryptoError("message too long to box")
-    return bytes(buffer)
+    return memoryview(buffer).toreadonly()
 
 
 def open_parts(boxed: bytes | memoryview, counter: int, key: bytes,

@@ -49,7 +49,7 @@ def seal_handshake(kind: int, fields: Handshake, identity: NodeIdentity,
         return None
     body = _FIELDS.pack(fields.current, fields.next, fields.key_seq, fields.seq)
     signature = identity.sign(ephemeral.public + body)
-    return bytes((kind,)) + ephemeral.public + seal(signature + body, 0, key)
+    return b"".join((bytes((kind,)), ephemeral.public, seal(signature + body, 0, key)))
 
 
 def open_handshake(packet: bytes, sender: bytes, own_curve_private: bytes) -> Handshake | None:

@@ -53,10 +53,11 @@ _U64 = 1 << 64
 
 @dataclass(frozen=True)
 class SendPacket:
-    """Hand `packet` to the router for delivery to `dest_key`."""
+    """Hand `packet` to the router for delivery to `dest_key` (a sealed
+    traffic packet is a read-only view of its buffer)."""
 
     dest_key: bytes
-    packet: bytes
+    packet: bytes | memoryview
 
 
 @dataclass(frozen=True)
