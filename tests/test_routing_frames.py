@@ -91,6 +91,14 @@ def test_traffic_encodes_with_a_lowered_watermark(vector):
 
 
 @pytest.mark.parametrize("vector", TRAFFIC_FRAMES, ids=[f["note"][:50] for f in TRAFFIC_FRAMES])
+def test_a_decoded_traffic_payload_is_a_read_only_view_of_the_frame_body(vector):
+    _, body = split_frame(bytes.fromhex(vector["frame_hex"]))
+    payload = Traffic.decode(body).payload
+    assert isinstance(payload, memoryview) and payload.readonly and payload.obj is body
+    assert body.endswith(payload)
+
+
+@pytest.mark.parametrize("vector", TRAFFIC_FRAMES, ids=[f["note"][:50] for f in TRAFFIC_FRAMES])
 @pytest.mark.parametrize("payload_size", [None, 100, 65_600])
 def test_traffic_frame_in_one_join_is_the_framed_body(vector, payload_size):
     """The forwarding path builds the frame from head and payload directly;

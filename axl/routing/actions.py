@@ -24,10 +24,10 @@ class SendTraffic:
 
 @dataclass(frozen=True)
 class DeliverTraffic:
-    """Traffic addressed to this node."""
+    """Traffic addressed to this node (the payload is a view of its frame)."""
 
     source_key: bytes
-    payload: bytes
+    payload: bytes | memoryview
 
 
 @dataclass(frozen=True)

@@ -219,10 +219,13 @@ class Traffic:
 
     @classmethod
     def decode(cls, body: bytes) -> "Traffic":
+        """The payload is a read-only view of `body` (a received frame's
+        bytes), not a copy: it goes on to the session or the next link."""
         reader = Reader(body)
         path, from_path = read_path(reader), read_path(reader)
         source, dest, watermark = reader.key(), reader.key(), reader.uvarint()
-        return cls(path, from_path, source, dest, watermark, reader.rest())
+        payload = memoryview(body).toreadonly()[reader.pos:]
+        return cls(path, from_path, source, dest, watermark, payload)
 
 
 def traffic_frame(head: bytes, payload: bytes | memoryview) -> bytes:

@@ -168,14 +168,15 @@ class SessionManager:
             return self._seal_traffic(session, message, now)
         return self._buffer_and_init(dest_key, message, now)
 
-    def receive(self, source_key: bytes, packet: bytes, now: float) -> list[Action]:
-        """Handle one encrypted-layer packet; malformed input is dropped."""
+    def receive(self, source_key: bytes, packet: bytes | memoryview, now: float) -> list[Action]:
+        """Handle one encrypted-layer packet (traffic may be a view of the
+        frame it came in); malformed input is dropped."""
         if len(source_key) != KEY_SIZE or not packet:
             self.dropped["malformed"] += 1
             return []
         kind = packet[0]
         if kind in (TYPE_INIT, TYPE_ACK):
-            fields = open_handshake(packet, source_key, self._curve_private)
+            fields = open_handshake(bytes(packet), source_key, self._curve_private)
             if fields is None:
                 self.dropped["bad_handshake"] += 1
                 return []
@@ -324,7 +325,7 @@ class SessionManager:
         session.expires = now + SESSION_TIMEOUT
         return [SendPacket(session.remote, packet)]
 
-    def _handle_traffic(self, remote: bytes, packet: bytes, now: float) -> list[Action]:
+    def _handle_traffic(self, remote: bytes, packet: bytes | memoryview, now: float) -> list[Action]:
         session = self._live_session(remote, now)
         if session is None:
             # One second below our clock: the Ack we send once the remote
