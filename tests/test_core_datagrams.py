@@ -3,7 +3,7 @@ import json
 import pytest
 
 from axl.core import (
-    Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
+    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
     go_json, nodeinfo_request,
 )
 from axl.identity import NodeIdentity
@@ -19,9 +19,9 @@ def make_core(nodeinfo=None, peers=(), tree=(), entries=0):
                 routing_entries=lambda: entries)
 
 
-def test_wrap_and_deliver_ipv6():
+def test_deliver_ipv6():
     core = make_core()
-    assert core.wrap_ipv6(b"\x60abc") == b"\x01\x60abc"
+    assert IPV6_HEAD == b"\x01"
     assert core.handle(SOURCE, b"\x01\x60abc", 0) == [DeliverIPv6(SOURCE, b"\x60abc")]
 
 

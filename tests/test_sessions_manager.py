@@ -65,6 +65,13 @@ def handshake(a, b, net, now=T0):
     assert net.messages_at(key(b)) == [b"hello"]
 
 
+def test_a_head_arrives_before_its_message_whether_sealed_at_once_or_buffered():
+    a, b, net = pair()
+    net.run(key(a), a.send(key(b), b"buffered", T0, head=b"\x01"), T0)
+    net.run(key(a), a.send(key(b), memoryview(b"sealed at once"), T0 + 1, head=b"\x01"), T0 + 1)
+    assert net.messages_at(key(b)) == [b"\x01buffered", b"\x01sealed at once"]
+
+
 def test_handshake_and_data_both_ways():
     a, b, net = pair()
     handshake(a, b, net)

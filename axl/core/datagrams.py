@@ -17,6 +17,9 @@ from axl.identity import NodeIdentity
 from axl.wire import KEY_SIZE
 
 TYPE_IPV6 = 0x01
+IPV6_HEAD = bytes((TYPE_IPV6,))
+"""What precedes an IPv6 packet in a session message (SessionManager.send's
+`head`, so a 64 KiB packet is not copied just to put one byte in front)."""
 TYPE_PROTO = 0x02
 
 PROTO_NODEINFO_REQUEST = 0x01
@@ -113,10 +116,6 @@ class Core:
         self._peer_keys = peer_keys
         self._tree_keys = tree_keys
         self._routing_entries = routing_entries
-
-    @staticmethod
-    def wrap_ipv6(packet: bytes) -> bytes:
-        return bytes((TYPE_IPV6,)) + packet
 
     def handle(self, source_key: bytes, plaintext: bytes | memoryview, now: float) -> list[Action]:
         """Act on one decrypted session message; unknown types are ignored.

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from axl import __version__, routing, sessions
-from axl.core import Core, DeliverIPv6, SendMessage
+from axl.core import IPV6_HEAD, Core, DeliverIPv6, SendMessage
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
@@ -214,7 +214,7 @@ class NodeCore:
                 if key == self.identity.public_key:
                     self._pending.append(DeliverPacket(key, packet))
                 else:
-                    self._pending.extend(self.sessions.send(key, self.core.wrap_ipv6(packet), now))
+                    self._pending.extend(self.sessions.send(key, packet, now, head=IPV6_HEAD))
             case Lookup(partial_key=partial):
                 self._pending.extend(self.router.lookup(partial, now))
             case DeliverPacket(source_key=source, packet=packet):

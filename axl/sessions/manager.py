@@ -162,11 +162,14 @@ class SessionManager:
     def session_keys(self) -> list[bytes]:
         return list(self._sessions)
 
-    def send(self, dest_key: bytes, message: bytes, now: float) -> list[Action]:
+    def send(self, dest_key: bytes, message: bytes, now: float, *, head: bytes = b"") -> list[Action]:
+        """Seal `head` + `message` for `dest_key`. A short `head` (the layer
+        above's type byte) is laid into the sealed buffer before the message
+        instead of being joined to it first: one copy of a 64 KiB packet less."""
         session = self._live_session(dest_key, now)
         if session is not None:
-            return self._seal_traffic(session, message, now)
-        return self._buffer_and_init(dest_key, message, now)
+            return self._seal_traffic(session, message, now, head)
+        return self._buffer_and_init(dest_key, head + message, now)
 
     def receive(self, source_key: bytes, packet: bytes | memoryview, now: float) -> list[Action]:
         """Handle one encrypted-layer packet (traffic may be a view of the
@@ -310,7 +313,8 @@ class SessionManager:
 
     # --- traffic ----------------------------------------------------------
 
-    def _seal_traffic(self, session: _Session, message: bytes, now: float) -> list[Action]:
+    def _seal_traffic(self, session: _Session, message: bytes, now: float,
+                      head: bytes = b"") -> list[Action]:
         session.send_nonce += 1
         if session.send_nonce == _U64:
             session.rotate_own(self._new_keys())
@@ -321,7 +325,7 @@ class SessionManager:
         header = (bytes((TYPE_TRAFFIC,)) + encode_uvarint(session.local_key_seq)
                   + encode_uvarint(session.remote_key_seq) + encode_uvarint(session.send_nonce))
         packet = seal(message, session.send_nonce, session.send_shared,
-                      header=header, prefix=session.next_own.public)
+                      header=header, prefix=session.next_own.public + head)
         session.expires = now + SESSION_TIMEOUT
         return [SendPacket(session.remote, packet)]
 
