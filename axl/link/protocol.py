@@ -115,7 +115,9 @@ class LinkConnection:
 
     # -- input ----------------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | memoryview, now: float) -> None:
+        """Take bytes from the stream; `data` is not kept (a view into the
+        transport's read buffer is reused by the next read)."""
         if self.closed:
             return
         if self.meta is None:
@@ -124,7 +126,7 @@ class LinkConnection:
                 return
         self._receive_frames(data, now)
 
-    def _receive_meta(self, data: bytes) -> bytes:
+    def _receive_meta(self, data: bytes | memoryview) -> bytes:
         """Buffer until the peer's meta is whole; returns the bytes past it."""
         buf = self._handshake_buf
         buf += data
@@ -159,7 +161,7 @@ class LinkConnection:
         if meta.key == policy.identity.public_key:
             raise HandshakeRefused("connection to our own key")
 
-    def _receive_frames(self, data: bytes, now: float) -> None:
+    def _receive_frames(self, data: bytes | memoryview, now: float) -> None:
         monitor = self._monitor
         events = self._events
         counters = self.counters
