@@ -249,6 +249,9 @@ def config_from_dict(raw: dict) -> NodeConfig:
         if kind is int and value == 0:
             continue  # Go's rule: a zero value keeps the default
         setattr(config, attr, [v.lower() for v in value] if name == "AllowedPublicKeys" else value)
+    if config.message_streams and config.message_stream_port == config.tcp_port:
+        raise ConfigError(f"message_stream_port: must differ from tcp_port ({config.tcp_port}), "
+                          f"or set message_streams to false")
     return config
 
 

@@ -143,3 +143,10 @@ def test_help_mentions_config_and_endpoints():
     result = run_cli("--help")
     assert result.returncode == 0
     assert "--config" in result.stdout and "/send" in result.stdout
+
+
+def test_the_message_stream_needs_its_own_port() -> None:
+    with pytest.raises(ConfigError, match="message_stream_port: must differ from tcp_port"):
+        config_from_dict({"tcp_port": 7100, "message_stream_port": 7100})
+    config = config_from_dict({"tcp_port": 7100, "message_stream_port": 7100, "message_streams": False})
+    assert config.tcp_port == 7100

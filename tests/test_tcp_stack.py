@@ -417,3 +417,24 @@ def test_clock_based_isn_grows_for_a_reused_tuple() -> None:
     assert stack._clock_iss(B, PORT, port, 130.0) - isn_first == 30 * 250_000
     other = stack._clock_iss(B, PORT + 1, port, 100.0)
     assert other != isn_first, "other tuples start elsewhere"
+
+
+def test_segments_on_an_unchecksummed_port_carry_checksum_zero_and_others_a_valid_one() -> None:
+    stream_port = 7001
+    a, b = _pair(verify_checksums=False, unchecksummed_ports=frozenset({stream_port}))
+    b.listen(PORT)
+    b.listen(stream_port)
+    net = Network([a, b])
+    transfers = Transfers(net)
+    for port in (PORT, stream_port):
+        transfers.outgoing[a.connect(B, port)] = memoryview(bytes(5000))
+    net.run(lambda: transfers.closed(4))
+    on_port = defaultdict(list)
+    for packet in net.sent:
+        segment = decode_packet(packet, verify_checksum=False).segment
+        on_port[stream_port in (segment.src_port, segment.dst_port)].append(packet)
+    assert on_port[True] and on_port[False]
+    assert all(packet[40 + 16:40 + 18] == b"\0\0" for packet in on_port[True])
+    for packet in on_port[False]:
+        decode_packet(packet)  # raises ChecksumError on a wrong checksum
+    assert sum(len(data) for data in transfers.received.values()) == 10000

@@ -65,12 +65,16 @@ class NodeCore:
         # Every packet reaching this stack came out of an end-to-end session
         # whose Poly1305 tag already proved each byte (or from this node
         # itself), so re-checking the TCP checksum on receive would only
-        # cost time. Outgoing checksums are always computed: Go peers check.
+        # cost time. Outgoing checksums are computed for every port but the
+        # message-stream port: Go peers check theirs, and only nodes of this
+        # project, which never check, speak on that one.
         # Received bytes hold the window until the message layer has them
         # processed (receive back-pressure against a busy application).
         self.stack = TcpStack(identity.address, max_connections=max_connections,
                               config=TcpConfig(hold_until_consumed=True),
-                              verify_checksums=False, rng=rng)
+                              verify_checksums=False, rng=rng,
+                              unchecksummed_ports=frozenset({settings.stream_port}) if settings.streams
+                              else frozenset())
         self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []

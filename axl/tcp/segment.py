@@ -105,8 +105,10 @@ class TcpPacket:
     hop_limit: int = 64
 
 
-def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 64) -> bytes:
-    """The full IPv6 packet for `segment`, checksum filled in."""
+def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 64,
+                  checksum: bool = True) -> bytes:
+    """The full IPv6 packet for `segment`, checksum filled in (left 0 when
+    `checksum` is false: for a peer known not to check it)."""
     options = segment.encode_options()
     header_size = TCP_HEADER_SIZE + len(options)
     payload = segment.payload
@@ -117,8 +119,9 @@ def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 
     ) + options)
     # The header is a multiple of 4 bytes, so the parts sum as one buffer
     # would; the payload is copied once, into the packet.
-    checksum = internet_checksum(pseudo_header(src, dst, tcp_length, NEXT_HEADER_TCP), header, payload)
-    struct.pack_into("!H", header, 16, checksum)
+    if checksum:
+        struct.pack_into("!H", header, 16, internet_checksum(
+            pseudo_header(src, dst, tcp_length, NEXT_HEADER_TCP), header, payload))
     ip_header = IPv6Header(src=src, dst=dst, next_header=NEXT_HEADER_TCP,
                            payload_length=tcp_length, hop_limit=hop_limit)
     return b"".join((ip_header.encode(), header, payload))

@@ -38,7 +38,8 @@ class TcpStack:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  mss_for_remote: Callable[[bytes], int | None] | None = None,
                  rng: random.Random | None = None, hop_limit: int = 64,
-                 verify_checksums: bool = True) -> None:
+                 verify_checksums: bool = True,
+                 unchecksummed_ports: frozenset[int] = frozenset()) -> None:
         if len(local_address) != 16:
             raise ValueError("local address must be 16 bytes")
         self.local_address = local_address
@@ -47,6 +48,8 @@ class TcpStack:
         self.mss_for_remote = mss_for_remote
         self.hop_limit = hop_limit
         self.verify_checksums = verify_checksums
+        # Connections to or from these ports send checksum 0 (see docs/protocol.md, 11).
+        self.unchecksummed_ports = unchecksummed_ports
         self._rng = rng or random.SystemRandom()
         self._iss_secret = self._rng.getrandbits(128).to_bytes(16, "big")
         self._connections: dict[ConnectionKey, TcpConnection] = {}
@@ -146,13 +149,15 @@ class TcpStack:
         self._replies = []
         touched = list(self._touched)
         self._touched.clear()
+        unchecksummed = self.unchecksummed_ports
         for conn in touched:
             key = self._key_of(conn)
             if self._connections.get(key) is not conn:
                 continue
+            checksum = conn.local_port not in unchecksummed and conn.remote_port not in unchecksummed
             for segment in conn.segments_to_send(now):
                 packets.append(encode_packet(self.local_address, conn.remote_address,
-                                             segment, self.hop_limit))
+                                             segment, self.hop_limit, checksum))
             if conn.is_closed:
                 self._forget(key)
             else:
