@@ -86,7 +86,6 @@ class BridgeConnection(asyncio.Protocol):
         self._state = _State.HEAD
         self._buffer = b""
         self._head: RequestHead | None = None
-        self._route = ""
         self._started = 0.0
         self._body: list[bytes] = []
         self._body_size = 0
@@ -187,7 +186,6 @@ class BridgeConnection(asyncio.Protocol):
             return False
         self._buffer = buffer[end + len(HEAD_END):]
         self._head = head
-        self._route = head.path
         self._started = time.monotonic()
         self._deadline = None
         self._state = _State.ANSWERING
@@ -299,7 +297,7 @@ class BridgeConnection(asyncio.Protocol):
             self.transport.writelines((head, answer.body))
         else:
             self.transport.write(head + answer.body if answer.body else head)
-        self.door.http.observe(self._route, answer.status, time.monotonic() - self._started)
+        self.door.http.observe(self._head.path, answer.status, time.monotonic() - self._started)
         self._head = None
         if not keep_alive:
             self._state = _State.CLOSED
