@@ -41,6 +41,7 @@ log = logging.getLogger("gossipsub")
 
 RECV_WINDOW = 256  # messages the node may push before we mark them done
 RECONNECT_SECONDS = 1.0
+RECEIVE_START_SECONDS = 30.0  # how long start() waits for the receiving socket
 FRAME_HEADER = 8 + 32  # message id, sender key
 IDLE_TIMER_SECONDS = 1.0
 MAX_BATCH_BYTES = 1 << 20
@@ -62,6 +63,7 @@ class GossipNode:
         self._queues: dict[str, asyncio.Queue[bytes]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
+        self._receiving = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
 
     @property
@@ -75,12 +77,21 @@ class GossipNode:
         return self.router
 
     async def start(self, peers: list[str]) -> None:
-        """Learn our id, greet ``peers`` and start the receive and timer loops."""
+        """Learn our id, start the receive and timer loops and greet ``peers``.
+
+        Returns once the receiving socket is open (or after RECEIVE_START_SECONDS,
+        with a warning), so that the peers' answers to our greeting are read as
+        they come: a node whose receiver attached late would join the meshes
+        late and miss what was published meanwhile."""
         self.router = GossipSub(await self.bridge.peer_id(), self.params, self.rng)
-        for peer in peers:
-            self.router.add_peer(peer)
         self._http = aiohttp.ClientSession()
         self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._timer_loop())]
+        try:
+            await asyncio.wait_for(self._receiving.wait(), RECEIVE_START_SECONDS)
+        except asyncio.TimeoutError:
+            log.warning("no receiving socket after %g s; going on without it", RECEIVE_START_SECONDS)
+        for peer in peers:
+            self.router.add_peer(peer)
         self._flush()
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
@@ -147,6 +158,7 @@ class GossipNode:
         while True:
             try:
                 async with self._session().ws_connect(url) as socket:
+                    self._receiving.set()
                     await self._receive_frames(socket)
                 log.warning("the node closed the receiving socket")
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
