@@ -97,6 +97,9 @@ class InboundDispatcher:
         self.settings = settings
         self._session = session
         self._owns_session = session is None
+        # Read for every inbound message: the settings' URLs are formatted on each access.
+        self._mcp_on = settings.router_url is not None
+        self._a2a_on = settings.a2a_url is not None
 
     @property
     def enabled(self) -> bool:
@@ -118,8 +121,7 @@ class InboundDispatcher:
     def claims(self, payload: bytes) -> bool:
         """Whether ``payload`` is an envelope for an enabled adapter (what
         ``dispatch`` answers); anything else goes straight to /recv."""
-        return classify(payload, mcp_enabled=self.settings.router_url is not None,
-                        a2a_enabled=self.settings.a2a_url is not None) is not None
+        return classify(payload, mcp_enabled=self._mcp_on, a2a_enabled=self._a2a_on) is not None
 
     async def dispatch(self, from_key: bytes, payload: bytes) -> DispatchResult:
         """Answer an MCP/A2A envelope from ``from_key``, or say the payload is not ours."""
@@ -140,8 +142,7 @@ class InboundDispatcher:
         the calling node a wait for an answer that would never come. Senders
         that expect no reply (``/send``) never read it.
         """
-        envelope = classify(payload, mcp_enabled=self.settings.router_url is None,
-                            a2a_enabled=self.settings.a2a_url is None)
+        envelope = classify(payload, mcp_enabled=not self._mcp_on, a2a_enabled=not self._a2a_on)
         if isinstance(envelope, McpEnvelope) and not envelope.is_notification:
             return encode_mcp_reply(envelope.service, None,
                                     "MCP is not enabled on the remote node (no router_addr)")

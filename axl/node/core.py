@@ -79,6 +79,7 @@ class NodeCore:
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._next_tick = now + TICK_INTERVAL
+        self._handlers = self._action_handlers()
 
     # -- links ----------------------------------------------------------
 
@@ -196,32 +197,64 @@ class NodeCore:
                 pending.extend(self.device.write(packet, now))
 
     def _dispatch(self, action: Any, now: float) -> None:
-        match action:
-            case SendFrame() | SendTraffic():
-                self._writes.append(action)
-            case routing.DeliverTraffic(source_key=source, payload=payload):
-                self._pending.extend(self.sessions.receive(source, payload, now))
-            case PathFound(key=key):
-                self._pending.extend(self.device.path_found(key, now))
-                self.stack.path_changed(address_for_key(key), now)
-            case sessions.Rekeyed(remote_key=key):
-                self.stack.retransmit_now(address_for_key(key), now)
-            case SendPacket(dest_key=dest, packet=packet):
-                self._pending.extend(self.router.send(dest, packet, now))
-            case sessions.DeliverPlaintext(source_key=source, message=message):
-                self._pending.extend(self.core.handle(source, message, now))
-            case SendMessage(dest_key=dest, message=message):
-                self._pending.extend(self.sessions.send(dest, message, now))
-            case DeliverIPv6(source_key=source, packet=packet):
-                self._pending.extend(self.device.read(source, packet, now))
-            case SendIPv6(key=key, packet=packet):
-                if key == self.identity.public_key:
-                    self._pending.append(DeliverPacket(key, packet))
-                else:
-                    self._pending.extend(self.sessions.send(key, packet, now, head=IPV6_HEAD))
-            case Lookup(partial_key=partial):
-                self._pending.extend(self.router.lookup(partial, now))
-            case DeliverPacket(source_key=source, packet=packet):
-                self.messages.packet_received(source, packet, now)
-            case _:
-                log.debug("ignored action %r", action)
+        """One action to the layer it is for. A table on the action's exact
+        type, not a `match`: a match tries its cases in turn, and the ones
+        every packet takes would sit behind the rest."""
+        handler = self._handlers.get(type(action))
+        if handler is None:
+            log.debug("ignored action %r", action)
+        else:
+            handler(action, now)
+
+    def _action_handlers(self) -> dict[type, Callable[[Any, float], None]]:
+        return {
+            SendFrame: self._write_frame,
+            SendTraffic: self._write_frame,
+            routing.DeliverTraffic: self._traffic_received,
+            PathFound: self._path_found,
+            sessions.Rekeyed: self._rekeyed,
+            SendPacket: self._packet_to_route,
+            sessions.DeliverPlaintext: self._plaintext_received,
+            SendMessage: self._message_to_seal,
+            DeliverIPv6: self._ipv6_received,
+            SendIPv6: self._ipv6_to_send,
+            Lookup: self._lookup,
+            DeliverPacket: self._packet_received,
+        }
+
+    def _write_frame(self, action: LinkWrite, now: float) -> None:
+        self._writes.append(action)
+
+    def _traffic_received(self, action: routing.DeliverTraffic, now: float) -> None:
+        self._pending.extend(self.sessions.receive(action.source_key, action.payload, now))
+
+    def _path_found(self, action: PathFound, now: float) -> None:
+        self._pending.extend(self.device.path_found(action.key, now))
+        self.stack.path_changed(address_for_key(action.key), now)
+
+    def _rekeyed(self, action: sessions.Rekeyed, now: float) -> None:
+        self.stack.retransmit_now(address_for_key(action.remote_key), now)
+
+    def _packet_to_route(self, action: SendPacket, now: float) -> None:
+        self._pending.extend(self.router.send(action.dest_key, action.packet, now))
+
+    def _plaintext_received(self, action: sessions.DeliverPlaintext, now: float) -> None:
+        self._pending.extend(self.core.handle(action.source_key, action.message, now))
+
+    def _message_to_seal(self, action: SendMessage, now: float) -> None:
+        self._pending.extend(self.sessions.send(action.dest_key, action.message, now))
+
+    def _ipv6_received(self, action: DeliverIPv6, now: float) -> None:
+        self._pending.extend(self.device.read(action.source_key, action.packet, now))
+
+    def _ipv6_to_send(self, action: SendIPv6, now: float) -> None:
+        if action.key == self.identity.public_key:
+            self._pending.append(DeliverPacket(action.key, action.packet))
+        else:
+            self._pending.extend(self.sessions.send(action.key, action.packet, now, head=IPV6_HEAD))
+
+    def _lookup(self, action: Lookup, now: float) -> None:
+        self._pending.extend(self.router.lookup(action.partial_key, now))
+
+    def _packet_received(self, action: DeliverPacket, now: float) -> None:
+        self.messages.packet_received(action.source_key, action.packet, now)

@@ -151,13 +151,17 @@ class StreamSender:
         leave in one segment) up to a large payload, which comes alone and
         uncopied in the next call."""
         pending = self._pending
-        if pending and len(pending[0]) >= SEPARATE_PAYLOAD:
+        if not pending:
+            return b""
+        if len(pending[0]) >= SEPARATE_PAYLOAD:
             return pending.pop(0)
-        count = 0
-        while count < len(pending) and len(pending[count]) < SEPARATE_PAYLOAD:
-            count += 1
-        data = b"".join(pending[:count])
-        del pending[:count]
+        for count, part in enumerate(pending):
+            if len(part) >= SEPARATE_PAYLOAD:
+                data = b"".join(pending[:count])
+                del pending[:count]
+                return data
+        data = b"".join(pending)
+        pending.clear()
         return data
 
     def receive(self, data: bytes) -> list[Ack]:

@@ -91,6 +91,13 @@ class Node:
     def _drain(self) -> None:
         """After every call into the core: write its frames, settle its
         events, and keep the loop timer at its deadline."""
+        self._write_and_settle()
+        if self._started:
+            self._arm_timer()
+
+    def _write_and_settle(self) -> None:
+        """Write the core's frames and settle its events (a drain that leaves
+        the timer to a flush coming later in the same loop turn)."""
         core = self.core
         links = self.links
         for write in core.frames_to_send():
@@ -103,8 +110,6 @@ class Node:
                 link.send_traffic(write.frame, write.flow)
         while (event := core.next_event()) is not None:
             self._settle(event)
-        if self._started:
-            self._arm_timer()
 
     def _settle(self, event: object) -> None:
         if isinstance(event, InboundMessage):
@@ -155,8 +160,8 @@ class Node:
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
         self.core.frame_received(link.link_id, ftype, body, time.monotonic(), flush=False)
-        self._drain()
-        self._flush_soon()
+        self._write_and_settle()
+        self._flush_soon()  # its drain sets the timer, once for every frame of the turn
 
     def link_down(self, link: Link, reason: str) -> None:
         self.stats.link_down(link.remote_key, link.link_id, reason, time.time())

@@ -156,9 +156,13 @@ class MessageStreams:
         handle = next(self._handles)
         seq = link.sender.submit(payload)
         link.handles[seq] = handle
-        link.expiries.append((now + self.settings.send_timeout, seq))
-        link.idle_deadline = None
-        self._schedule(link)
+        expiry = now + self.settings.send_timeout
+        link.expiries.append((expiry, seq))
+        # Expiries come in order, so a later one never moves a deadline that
+        # is set already: only an idle link's deadline needs working out again.
+        if link.idle_deadline is not None or link.deadline is None or link.deadline > expiry:
+            link.idle_deadline = None
+            self._schedule(link)
         return handle
 
     def _connect(self, link: _Link, now: float) -> None:

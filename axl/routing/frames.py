@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from axl.identity import verify
 from axl.routing.bloom import BloomFilter
-from axl.wire import MAX_FRAME, DecodeError, FrameType, Reader, encode_uvarint
+from axl.wire import KEY_SIZE, MAX_FRAME, DecodeError, FrameType, Reader, decode_uvarint, encode_uvarint
 
 MAX_WATERMARK = (1 << 64) - 1
 
@@ -31,6 +31,10 @@ QUEUED_TYPES = frozenset({TYPE_PATH_LOOKUP, TYPE_PATH_NOTIFY, TYPE_PATH_BROKEN, 
 
 
 def encode_path(path: list[int]) -> bytes:
+    if not path:
+        return b"\x00"
+    if 0 < min(path) and max(path) < 0x80:  # every port one byte: the usual tree
+        return bytes(path) + b"\x00"
     if any(port <= 0 for port in path):
         raise ValueError("a path port must be at least 1")
     return b"".join(encode_uvarint(port) for port in path) + b"\x00"
@@ -221,11 +225,33 @@ class Traffic:
     def decode(cls, body: bytes) -> "Traffic":
         """The payload is a read-only view of `body` (a received frame's
         bytes), not a copy: it goes on to the session or the next link."""
-        reader = Reader(body)
-        path, from_path = read_path(reader), read_path(reader)
-        source, dest, watermark = reader.key(), reader.key(), reader.uvarint()
-        payload = memoryview(body).toreadonly()[reader.pos:]
-        return cls(path, from_path, source, dest, watermark, payload)
+        path, pos = _path_at(body, 0)
+        from_path, pos = _path_at(body, pos)
+        keys_end = pos + 2 * KEY_SIZE
+        if keys_end > len(body):
+            raise DecodeError(f"need {2 * KEY_SIZE} bytes, have {len(body) - pos}")
+        watermark, pos = decode_uvarint(body, keys_end)
+        payload = memoryview(body).toreadonly()[pos:]
+        return cls(path, from_path, bytes(body[keys_end - 2 * KEY_SIZE:keys_end - KEY_SIZE]),
+                   bytes(body[keys_end - KEY_SIZE:keys_end]), watermark, payload)
+
+
+def _path_at(body: bytes | memoryview, pos: int) -> tuple[list[int], int]:
+    """`read_path` for the traffic path, on every packet: one-byte ports are
+    read without a Reader and a uvarint call each."""
+    path = []
+    end = len(body)
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated uvarint")
+        port = body[pos]
+        if port < 0x80:
+            pos += 1
+        else:
+            port, pos = decode_uvarint(body, pos)
+        if port == 0:
+            return path, pos
+        path.append(port)
 
 
 def traffic_frame(head: bytes, payload: bytes | memoryview) -> bytes:

@@ -63,11 +63,11 @@ class State(enum.Enum):
     TIME_WAIT = "TIME-WAIT"
 
 
-_SENDING_STATES = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1,
-                             State.CLOSING, State.LAST_ACK})
-_RECEIVING_STATES = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
-_OPEN_FOR_WRITES = frozenset({State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED,
-                              State.CLOSE_WAIT})
+# Tuples, not sets: membership in a tuple compares identities, while a set
+# hashes the member first, and an Enum's __hash__ is a Python call.
+_SENDING_STATES = (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK)
+_RECEIVING_STATES = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)
+_OPEN_FOR_WRITES = (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT)
 
 
 class TcpClosedError(ConnectionError):
