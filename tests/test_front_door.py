@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from axl.bridge.http1 import Answer, parse_head, render_head
+from axl.bridge.http1 import Answer, HttpDate, parse_head, render_head
 from nodes import lone_node, metric_samples
 
 KEY = "ab" * 32
@@ -53,12 +53,26 @@ def test_other_heads_are_left_to_the_full_application(head: bytes) -> None:
 
 
 def test_an_answer_head_carries_its_length_and_the_close() -> None:
-    head = render_head(Answer(404, b"nope\n", "text/plain"), keep_alive=False, date=b"D")
+    date_lines = HttpDate().now()
+    head = render_head(Answer(404, b"nope\n", "text/plain"), keep_alive=False, date_lines=date_lines)
     assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")
     assert b"\r\nContent-Length: 5\r\n" in head and b"\r\nConnection: close\r\n" in head
-    assert head.endswith(b"\r\n\r\n")
-    no_content = render_head(Answer(204), keep_alive=True, date=b"D")
+    assert b"\r\nDate: " in head and head.endswith(b" GMT\r\nServer: axl-node\r\n\r\n")
+    no_content = render_head(Answer(204), keep_alive=True, date_lines=date_lines)
     assert no_content.startswith(b"HTTP/1.1 204 No Content\r\n") and b"Content-Length" not in no_content
+    assert b"Connection" not in no_content
+
+
+def test_repeated_heads_are_read_the_same_and_different_ones_apart() -> None:
+    """Short heads are remembered: a repeat gives the same reading, and a
+    head that differs in one byte (here its length) is read for itself."""
+    first = parse_head(b"POST /send HTTP/1.1\r\nContent-Length: 10\r\nX-Destination-Peer-Id: ab")
+    again = parse_head(b"POST /send HTTP/1.1\r\nContent-Length: 10\r\nX-Destination-Peer-Id: ab")
+    other = parse_head(b"POST /send HTTP/1.1\r\nContent-Length: 11\r\nX-Destination-Peer-Id: ab")
+    assert first == again and first.content_length == 10 and first.destination == "ab"
+    assert other.content_length == 11
+    long_head = b"GET /health HTTP/1.1\r\nX-Filler: " + b"a" * 2000
+    assert parse_head(long_head).path == "/health"
 
 
 # -- a real node ----------------------------------------------------------------

@@ -15,6 +15,7 @@ import re
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
+from functools import lru_cache
 from http import HTTPStatus
 
 HEAD_END = b"\r\n\r\n"
@@ -23,9 +24,14 @@ MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
 # Header lines, each ending in CRLF: a token, a colon, a value without control characters.
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")
+# A client sends the same head again and again (same route, headers and body
+# size): heads up to this size are parsed once, and the last CACHED_HEADS of
+# them remembered (at most 128 KiB).
+CACHED_HEAD_SIZE = 1024
+CACHED_HEADS = 128
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestHead:
     """A request line and what the core routes read of the headers."""
 
@@ -38,6 +44,11 @@ class RequestHead:
 
 
 def parse_head(head: bytes) -> RequestHead | None:
+    """`read_head`, remembered for the short heads a client repeats."""
+    return _read_head_cached(head) if len(head) <= CACHED_HEAD_SIZE else read_head(head)
+
+
+def read_head(head: bytes) -> RequestHead | None:
     """The head (without its final blank line), or None when it is not a plain
     HTTP/1.1 request with at most one Content-Length and none of the headers
     that need the full application.
@@ -65,6 +76,9 @@ def parse_head(head: bytes) -> RequestHead | None:
     return RequestHead(method, path, query, int(length_text),
                        b"close" not in _header(lowered, lowered, b"\r\nconnection:"),
                        _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"))
+
+
+_read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)
 
 
 def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:
@@ -96,7 +110,8 @@ _STATUS_LINES: dict[int, bytes] = {
 
 
 class HttpDate:
-    """The Date header's value, formatted once per second."""
+    """The last lines of every answer's head (Date, Server, the blank line),
+    formatted once per second."""
 
     def __init__(self) -> None:
         self._second = -1
@@ -106,20 +121,29 @@ class HttpDate:
         second = int(time.time())
         if second != self._second:
             self._second = second
-            self._value = formatdate(second, usegmt=True).encode()
+            self._value = b"Date: %s\r\nServer: axl-node\r\n\r\n" % formatdate(second, usegmt=True).encode()
         return self._value
 
 
-def render_head(answer: Answer, keep_alive: bool, date: bytes) -> bytes:
-    """The status line and headers of `answer`, up to and with the blank line."""
-    parts = [_STATUS_LINES[answer.status]]
-    if answer.status != 204:  # a 204 has no body, and says nothing of its length (RFC 9110 8.6)
-        parts.append(b"Content-Length: %d\r\n" % len(answer.body))
-    if answer.content_type is not None:
-        parts.append(b"Content-Type: %s\r\n" % answer.content_type.encode())
-    for name, value in answer.headers:
+def render_head(answer: Answer, keep_alive: bool, date_lines: bytes) -> bytes:
+    """The status line and headers of `answer`, up to and with the blank line
+    (`date_lines` from HttpDate.now)."""
+    return _fixed_lines(answer.status, len(answer.body), answer.content_type, answer.headers,
+                        keep_alive) + date_lines
+
+
+@lru_cache(maxsize=CACHED_HEADS)
+def _fixed_lines(status: int, length: int, content_type: str | None,
+                 headers: tuple[tuple[str, str], ...], keep_alive: bool) -> bytes:
+    """The lines of a head that do not change by the second; the node's
+    answers repeat a few of them (a /send's 200 with its size, say)."""
+    parts = [_STATUS_LINES[status]]
+    if status != 204:  # a 204 has no body, and says nothing of its length (RFC 9110 8.6)
+        parts.append(b"Content-Length: %d\r\n" % length)
+    if content_type is not None:
+        parts.append(b"Content-Type: %s\r\n" % content_type.encode())
+    for name, value in headers:
         parts.append(b"%s: %s\r\n" % (name.encode(), value.encode("latin-1")))
     if not keep_alive:
         parts.append(b"Connection: close\r\n")
-    parts.append(b"Date: %s\r\nServer: axl-node\r\n\r\n" % date)
     return b"".join(parts)

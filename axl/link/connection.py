@@ -253,7 +253,6 @@ class Connection(asyncio.BufferedProtocol):
             self._flush()
         else:
             self._schedule_flush()
-        self._arm_timer()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -261,12 +260,16 @@ class Connection(asyncio.BufferedProtocol):
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        """Write the waiting frames, then move the liveness timer (once per
+        write, not once per frame: sending a frame can start a deadline)."""
         self._flush_scheduled = False
         if self._protocol is None:
             return
         data = self._protocol.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+        if not self.closed:
+            self._arm_timer()
 
     def send_traffic(self, frame: bytes, flow: bytes) -> None:
         if self.closed:
