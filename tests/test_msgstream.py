@@ -8,6 +8,7 @@ from axl.node.msgstream import (
     STATUS_QUEUED,
     STATUS_REFUSED,
     STATUS_TOO_LARGE,
+    WINDOW_MESSAGES,
     Ack,
     Answered,
     Hello,
@@ -39,15 +40,14 @@ def test_messages_arrive_in_order_and_acks_free_the_window() -> None:
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     wire = sender.start_connection()
     for payload in (b"one", b"", b"three"):
-        assert sender.has_room(len(payload)) or len(sender.unacked) == 2
         sender.submit(payload)
     wire += sender.take_output()
     assert sender.take_output() == b""
     events = feed_bytewise(receiver, wire)
-    assert events == [Hello(7), Message(1, b"one"), Message(2, b""), Message(3, b"three")]
-    assert not sender.has_room(1)
+    assert events == [Hello(7), Message(1, b"one"), Message(2, b"")]
     acks = sender.receive(receiver.answer(1, STATUS_QUEUED) + receiver.answer(2, STATUS_REFUSED)[:5])
     assert acks == [Ack(1, STATUS_QUEUED)]
+    assert feed_bytewise(receiver, sender.take_output()) == [Message(3, b"three")]
     assert sender.receive(receiver.answer(2, STATUS_REFUSED)[5:]) == [Ack(2, STATUS_REFUSED)]
     assert list(sender.unacked) == [3]
     assert not receiver.partial
@@ -88,7 +88,7 @@ def test_a_large_payload_is_written_alone_and_uncopied() -> None:
     events = feed(receiver, wire + b"".join(outputs))
     assert events[1:] == [Message(1, b"a"), Message(2, b"b"), Message(3, large), Message(4, b"c")]
     assert sender.receive(receiver.answer(3, STATUS_QUEUED)) == [Ack(3, STATUS_QUEUED)]
-    assert sender.unacked_bytes == 3
+    assert list(sender.unacked) == [1, 2, 4]
     again = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
     events = feed(again, sender.start_connection())
     assert events[1:] == [Message(1, b"a"), Message(2, b"b"), Message(4, b"c")]
@@ -177,10 +177,54 @@ def test_an_ack_for_nothing_outstanding_is_refused() -> None:
         StreamSender(session_id=1).receive(encode_ack(1, 299))
 
 
-def test_the_window_always_admits_one_message_and_counts_bytes() -> None:
-    sender = StreamSender(session_id=1, window_bytes=10)
-    assert sender.has_room(1000)
-    sender.submit(b"x" * 1000)
-    assert not sender.has_room(1)
-    sender.receive(encode_ack(1, STATUS_QUEUED))
-    assert sender.unacked_bytes == 0 and sender.has_room(10)
+def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> None:
+    """The receiver remembers the last WINDOW_MESSAGES answers of a session;
+    a repeat older than that is taken as queued. So the sender never has
+    more than that many messages on the wire unanswered: the rest wait in it
+    until acknowledgements make room, and a refusal is repeated as one."""
+    table = SessionTable()
+    sender = StreamSender(session_id=9)
+    first = StreamReceiver(table, PEER, max_message_size=100)
+    feed(first, sender.start_connection())
+    count = WINDOW_MESSAGES + 10
+    for number in range(count):
+        sender.submit(b"m%d" % number)
+    delivered = [event for event in feed(first, sender.take_output()) if isinstance(event, Message)]
+    assert [event.seq for event in delivered] == list(range(1, WINDOW_MESSAGES + 1))
+    # The receiver's queue was full for the first: it was refused, and the
+    # connection broke before any acknowledgement reached the sender.
+    for event in delivered:
+        first.answer(event.seq, STATUS_REFUSED if event.seq == 1 else STATUS_QUEUED)
+    second = StreamReceiver(table, PEER, max_message_size=100)
+    events = feed(second, sender.start_connection())
+    assert events[:2] == [Hello(9), Answered(1, STATUS_REFUSED)]
+    assert all(isinstance(event, Answered) for event in events[1:]) and len(events) == WINDOW_MESSAGES + 1
+    # Acknowledgements make room: the ten that waited go out, numbered in order.
+    acks = sender.receive(b"".join(second.answer(event.seq, event.status) for event in events[1:]))
+    assert acks[0] == Ack(1, STATUS_REFUSED) and len(acks) == WINDOW_MESSAGES
+    later = [event.seq for event in feed(second, sender.take_output()) if isinstance(event, Message)]
+    assert later == list(range(WINDOW_MESSAGES + 1, count + 1))
+    assert len(sender.unacked) == 10
+
+
+def test_an_ack_for_a_message_still_waiting_in_the_sender_is_refused() -> None:
+    sender = StreamSender(session_id=2, window_messages=1)
+    sender.start_connection()
+    sender.submit(b"sent")
+    sender.submit(b"waiting")
+    with pytest.raises(StreamError):
+        sender.receive(encode_ack(2, STATUS_QUEUED))
+
+
+def test_a_message_withdrawn_while_waiting_is_never_sent() -> None:
+    sender = StreamSender(session_id=2, window_messages=1)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    wire = sender.start_connection()
+    for payload in (b"sent", b"given up", b"later"):
+        sender.submit(payload)
+    sender.withdraw(2)
+    sender.withdraw(1)  # on the wire already: it stays outstanding
+    wire += sender.take_output()
+    assert feed(receiver, wire)[1:] == [Message(1, b"sent")]
+    sender.receive(receiver.answer(1, STATUS_QUEUED))
+    assert feed(receiver, sender.take_output()) == [Message(3, b"later")]

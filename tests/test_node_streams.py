@@ -10,6 +10,7 @@ from test_node_core import SETTINGS, Pair
 
 from axl.errors import DeliveryTimeout, ReceiverFull
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
+from axl.node.msgstream import WINDOW_MESSAGES
 from axl.routing.frames import split_frame
 
 NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
@@ -112,6 +113,29 @@ def test_a_broken_stream_repeats_the_unacknowledged_and_delivers_nothing_twice()
     # the session goes on: a new message is delivered once
     pair.cores[0].send_message(pair.keys[1], b"n3", pair.now)
     assert answer_all(pair) == [b"n3"]
+
+
+def test_a_refusal_among_more_messages_than_the_window_is_reported_after_a_break():
+    """More messages than the receiver remembers answers for are under way
+    when the stream breaks: the refused first one must come back refused,
+    not as delivered (the sender keeps the rest back until there is room)."""
+    pair = Pair()
+    pair.run(3.0)
+    count = WINDOW_MESSAGES + 20
+    handles = [pair.cores[0].send_message(pair.keys[1], b"w%d" % i, pair.now) for i in range(count)]
+    pair.run(0.5)
+    inbound = pair.take(1, InboundMessage)
+    assert len(inbound) == WINDOW_MESSAGES
+    [conn] = stream_connections(pair, 1)
+    conn.abort()
+    pair.run(1.0)
+    for event in inbound:
+        pair.cores[1].answer_inbound(event.handle, event is not inbound[0], None, pair.now)
+    assert answer_all(pair) == [b"w%d" % i for i in range(WINDOW_MESSAGES, count)]
+    pair.run(1.0)
+    [refused] = pair.take(0, SendFailed)
+    assert refused.handle == handles[0] and isinstance(refused.error, ReceiverFull)
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == handles[1:]
 
 
 def test_a_stream_that_cannot_be_reopened_reports_504():

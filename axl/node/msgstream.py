@@ -24,7 +24,7 @@ wait until the older one's messages are all answered.)
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from axl.wire import DecodeError
@@ -42,10 +42,10 @@ STATUS_TOO_LARGE = 413
 STATUS_REFUSED = 503
 KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
 
-# The sender's window: at most this many messages, and this many payload bytes
-# unless the window is empty (one message of any allowed size always fits).
+# The sender's window: at most this many messages on the wire unanswered. The
+# receiver remembers as many answers per session, which is what lets it repeat
+# each one exactly after a reconnection (see SessionRecord.status_of).
 WINDOW_MESSAGES = 256
-WINDOW_BYTES = 4 << 20
 # Sessions a receiver remembers (least recently used forgotten first).
 MAX_SESSIONS = 1024
 # A payload from this size on is written as it is, after its own header,
@@ -100,48 +100,66 @@ def encode_ack(seq: int, status: int) -> bytes:
 
 
 class StreamSender:
-    """One session's sending side: sequence numbers and the window of
-    messages sent but not yet acknowledged."""
+    """One session's sending side: sequence numbers, the messages sent but
+    not yet acknowledged, and those waiting for room in the window."""
 
-    def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES,
-                 window_bytes: int = WINDOW_BYTES) -> None:
+    def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES) -> None:
         self.session_id = session_id
         self.window_messages = window_messages
-        self.window_bytes = window_bytes
         self.next_seq = 1
-        self.unacked: OrderedDict[int, bytes] = OrderedDict()  # seq -> payload
-        self.unacked_bytes = 0
+        # seq -> payload of every message not yet acknowledged, sent or waiting
+        self.unacked: OrderedDict[int, bytes] = OrderedDict()
+        # the waiting ones: always the highest sequence numbers, in order
+        self._waiting: deque[int] = deque()
         self._buffer = bytearray()
         self._pending: list[bytes] = []
 
-    def has_room(self, size: int) -> bool:
-        if not self.unacked:
-            return True
-        return (len(self.unacked) < self.window_messages
-                and self.unacked_bytes + size <= self.window_bytes)
-
     def submit(self, payload: bytes) -> int:
-        """Queue one message for sending; returns its sequence number."""
+        """Queue one message; returns its sequence number. It goes out at once
+        if the window has room, else once acknowledgements make some."""
         seq = self.next_seq
         self.next_seq += 1
         self.unacked[seq] = payload
-        self.unacked_bytes += len(payload)
+        if self._waiting or len(self.unacked) > self.window_messages:
+            self._waiting.append(seq)
+        else:
+            self._queue_frame(seq, payload)
+        return seq
+
+    def _queue_frame(self, seq: int, payload: bytes) -> None:
         if len(payload) < SEPARATE_PAYLOAD:
             self._pending.append(encode_message(seq, payload))
         else:
             self._pending += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
-        return seq
+
+    def _release(self) -> None:
+        """Send the waiting messages the window has room for now."""
+        waiting = self._waiting
+        while waiting and len(self.unacked) - len(waiting) < self.window_messages:
+            seq = waiting.popleft()
+            self._queue_frame(seq, self.unacked[seq])
+
+    def withdraw(self, seq: int) -> None:
+        """Forget a message still waiting for room (its sender gave up on it):
+        it was never sent, so it never arrives."""
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+            del self.unacked[seq]
 
     def payload_of(self, seq: int) -> bytes:
         """An unacknowledged message's payload (to send it another way)."""
         return self.unacked[seq]
 
     def start_connection(self) -> bytes:
-        """The first bytes of a (new) connection: the hello and every
-        unacknowledged message again, in order. Clears pending output."""
+        """The first bytes of a (new) connection: the hello and every message
+        sent but not acknowledged, again, in order (those waiting for room
+        go on waiting). Clears pending output."""
         self._pending.clear()
         parts = [encode_hello(self.session_id)]
+        first_waiting = self._waiting[0] if self._waiting else self.next_seq
         for seq, payload in self.unacked.items():
+            if seq >= first_waiting:
+                break
             parts += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
         return b"".join(parts)
 
@@ -170,17 +188,18 @@ class StreamSender:
         buffer += data
         acks: list[Ack] = []
         offset = 0
+        first_waiting = self._waiting[0] if self._waiting else self.next_seq
         while len(buffer) - offset >= _ACK.size:
             kind, seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
                 raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
-            payload = self.unacked.pop(seq, None)
-            if payload is None:
+            if seq >= first_waiting or self.unacked.pop(seq, None) is None:
                 raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
-            self.unacked_bytes -= len(payload)
             acks.append(Ack(seq, status))
             offset += _ACK.size
         del buffer[:offset]
+        if acks and self._waiting:
+            self._release()
         return acks
 
 

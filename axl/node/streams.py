@@ -198,7 +198,7 @@ class MessageStreams:
                 self._broken(link, "timed out", now)
 
     def _connected(self, link: _Link, now: float) -> None:
-        log.info("message stream to %s open (session %016x, %d to repeat)", link.dest.hex()[:16],
+        log.info("message stream to %s open (session %016x, %d outstanding)", link.dest.hex()[:16],
                  link.sender.session_id, len(link.sender.unacked))
         link.connected = link.ever_connected = True
         link.connect_deadline = None
@@ -287,6 +287,7 @@ class MessageStreams:
             _, seq = link.expiries.popleft()
             handle = link.handles.pop(seq, None)
             if handle is not None:
+                link.sender.withdraw(seq)
                 self._events.append(SendFailed(handle, DeliveryTimeout(
                     f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")))
         if (link.idle_deadline is not None and link.idle_deadline <= now and link.conn is not None
