@@ -98,3 +98,52 @@ def test_a_node_without_streams_sends_one_connection_per_message(trio):
     assert (status, body, headers["X-From-Peer-Id"]) == (200, b"from g 1", g.peer_id)
     assert s1.recv(5)[2] == b"from g 2"
     assert log_lines(g, "message stream") == 0
+
+
+def post_in_pieces(node, dest: str, body: bytes, pieces: int, pause: float, stop_after: int | None = None):
+    """POST /send with the body written in `pieces` parts `pause` s apart;
+    returns the answer's status line, or None when `stop_after` parts were
+    written and the client left."""
+    import socket
+    import time
+
+    head = (f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {dest}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    step = -(-len(body) // pieces)
+    with socket.create_connection(("127.0.0.1", node.api_port), timeout=60) as sock:
+        sock.sendall(head)
+        for index, start in enumerate(range(0, len(body), step)):
+            if stop_after is not None and index == stop_after:
+                return None
+            sock.sendall(body[start:start + step])
+            time.sleep(pause)
+        return sock.makefile("rb").readline()
+
+
+def test_a_large_body_goes_out_while_it_arrives_and_is_delivered_whole(trio):
+    """From 1 MiB on, a /send to a destination with an open stream leaves as
+    its body arrives; the receiver still gets it whole, and only once it is."""
+    s1, hub = trio["s1"], trio["hub"]
+    drain(hub)
+    assert s1.send(hub.peer_id, b"stream up")[0] == 200
+    assert hub.recv(5)[2] == b"stream up"
+    body = bytes(range(256)) * (6 * 1024)  # 1.5 MiB
+    assert post_in_pieces(s1, hub.peer_id, body, pieces=6, pause=0.1).startswith(b"HTTP/1.1 200 ")
+    status, _, got = hub.recv(10)
+    assert status == 200 and got == body
+    assert hub.recv(0)[0] == 204
+
+
+def test_a_client_that_leaves_mid_body_sends_nothing_and_the_stream_goes_on(trio):
+    s1, hub = trio["s1"], trio["hub"]
+    drain(hub)
+    assert s1.send(hub.peer_id, b"stream up")[0] == 200
+    assert hub.recv(5)[2] == b"stream up"
+    opened = f"message stream to {hub.peer_id[:16]} open"
+    before = log_lines(s1, opened)
+    assert post_in_pieces(s1, hub.peer_id, bytes(2 << 20), pieces=8, pause=0.05, stop_after=3) is None
+    assert s1.send(hub.peer_id, b"after the abandoned one")[0] == 200
+    assert hub.recv(10)[2] == b"after the abandoned one"
+    assert hub.recv(1)[0] == 204
+    # the part already sent was cut off by restarting the stream
+    wait_until(lambda: log_lines(s1, opened) == before + 1, 10, what="the stream reopened")

@@ -99,6 +99,21 @@ def test_slow_body_on_send_times_out_while_others_are_served(cluster) -> None:
     assert b.recv(0)[0] == 204, "a partial body must never be delivered"
 
 
+def test_a_large_body_that_stalls_gets_408_and_what_left_of_it_never_arrives(cluster) -> None:
+    """A body from 1 MiB on goes into the overlay as it arrives: when it
+    stalls, the part already sent must be dropped, not delivered."""
+    a, b = cluster.nodes
+    assert a.send(b.peer_id, b"stream up")[0] == 200
+    assert b.recv(5)[2] == b"stream up"
+    with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
+        sock.sendall(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
+                     + b"\r\nContent-Length: %d\r\n\r\n" % (1 << 20) + b"s" * 600_000)
+        assert read_status(sock, timeout=20) == 408
+    assert a.send(b.peer_id, b"after the stalled one")[0] == 200
+    assert b.recv(5)[2] == b"after the stalled one"
+    assert b.recv(0)[0] == 204, "a partial body must never be delivered"
+
+
 def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
     a, _ = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:

@@ -228,3 +228,52 @@ def test_a_message_withdrawn_while_waiting_is_never_sent() -> None:
     assert feed(receiver, wire)[1:] == [Message(1, b"sent")]
     sender.receive(receiver.answer(1, STATUS_QUEUED))
     assert feed(receiver, sender.take_output()) == [Message(3, b"later")]
+
+
+def test_a_body_written_as_it_arrives_goes_out_whole_and_holds_back_later_messages() -> None:
+    sender = StreamSender(session_id=6)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    wire = sender.start_connection()
+    sender.submit(b"before")
+    seq = sender.open(300_000)
+    sender.write(b"a" * 100_000)
+    sender.submit(b"after")  # waits: the open message's frame must stay whole
+    assert not sender.can_open()
+    sender.write(b"b" * 200_000)
+    sender.close()
+    while output := sender.take_output():
+        wire += output
+    events = feed(receiver, wire)
+    assert events[1:] == [Message(1, b"before"), Message(seq, b"a" * 100_000 + b"b" * 200_000),
+                          Message(3, b"after")]
+    assert sender.payload_of(seq) == b"a" * 100_000 + b"b" * 200_000
+
+
+def test_a_reconnection_repeats_the_part_of_an_open_body_written_so_far() -> None:
+    table = SessionTable()
+    sender = StreamSender(session_id=6)
+    sender.start_connection()
+    seq = sender.open(10)
+    sender.write(b"12345")
+    first = StreamReceiver(table, PEER, max_message_size=100)
+    assert feed(first, sender.start_connection() + sender.take_output()) == [Hello(6)]
+    second = StreamReceiver(table, PEER, max_message_size=100)
+    wire = sender.start_connection()
+    sender.write(b"67890")
+    sender.close()
+    assert feed(second, wire + sender.take_output()) == [Hello(6), Message(seq, b"1234567890")]
+
+
+def test_an_open_body_cannot_be_acknowledged_and_a_cancelled_one_is_gone() -> None:
+    sender = StreamSender(session_id=8)
+    sender.start_connection()
+    sender.submit(b"kept")
+    seq = sender.open(10)
+    sender.write(b"half")
+    sender.submit(b"next")
+    with pytest.raises(StreamError):
+        sender.receive(encode_ack(seq, STATUS_QUEUED))
+    sender.cancel()
+    assert list(sender.unacked) == [1, 3] and sender.can_open()
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    assert feed(receiver, sender.start_connection())[1:] == [Message(1, b"kept"), Message(3, b"next")]

@@ -212,3 +212,65 @@ def test_an_answer_given_before_the_flush_carries_the_tcp_ack():
     assert receive_and_answer(pair, b"deferred", flush=False) == 1
     pair.run(1.0)
     assert len(pair.take(0, Acknowledged)) == 3
+
+
+def test_a_body_sent_as_it_arrives_is_delivered_whole_and_once():
+    pair = Pair()
+    pair.run(3.0)
+    sender = pair.cores[0]
+    assert sender.open_body(pair.keys[1], 10, pair.now) is None  # no stream yet: gathered first
+    sender.send_message(pair.keys[1], b"first", pair.now)
+    assert answer_all(pair) == [b"first"]
+    handle = sender.open_body(pair.keys[1], 10, pair.now)
+    assert handle is not None and sender.open_body(pair.keys[1], 5, pair.now) is None
+    sender.write_body(handle, b"01234")
+    later = sender.send_message(pair.keys[1], b"later", pair.now)
+    pair.run(0.5)
+    assert pair.take(1, InboundMessage) == []
+    sender.write_body(handle, b"56789")
+    sender.end_body(handle)
+    sender.flush(pair.now)
+    assert answer_all(pair) == [b"0123456789", b"later"]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)][-2:] == [handle, later]
+
+
+def pair_with_a_stream() -> Pair:
+    """Two cores whose stream 0 -> 1 has connected (a first message crossed it)."""
+    pair = Pair()
+    pair.run(3.0)
+    pair.cores[0].send_message(pair.keys[1], b"first", pair.now)
+    assert answer_all(pair) == [b"first"]
+    return pair
+
+
+def test_a_cancelled_body_never_arrives_and_the_others_still_do():
+    pair = pair_with_a_stream()
+    sender = pair.cores[0]
+    pair.run(1.0)
+    pair.take(0, Acknowledged)
+    handle = sender.open_body(pair.keys[1], 10, pair.now)
+    sender.write_body(handle, b"half")
+    waiting = sender.send_message(pair.keys[1], b"waiting", pair.now)
+    sender.flush(pair.now)
+    pair.run(0.5)
+    sender.cancel_body(handle, pair.now)
+    assert answer_all(pair) == [b"waiting"]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [waiting]
+    assert pair.take(0, SendFailed) == []
+
+
+def test_a_body_that_outlasts_the_send_timeout_gets_504_and_never_arrives():
+    pair = pair_with_a_stream()
+    sender = pair.cores[0]
+    handle = sender.open_body(pair.keys[1], 10, pair.now)
+    sender.write_body(handle, b"slow")
+    sender.flush(pair.now)
+    pair.run(SETTINGS.send_timeout + 1)
+    [failed] = pair.take(0, SendFailed)
+    assert failed.handle == handle and isinstance(failed.error, DeliveryTimeout)
+    sender.write_body(handle, b"...late")  # the client goes on: ignored
+    sender.end_body(handle)
+    sender.send_message(pair.keys[1], b"next", pair.now)
+    assert answer_all(pair) == [b"next"]

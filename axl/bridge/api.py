@@ -49,6 +49,14 @@ class BridgeNode(ObservedNode, Protocol):
 
     def start_send(self, dest_key: bytes, payload: bytes) -> asyncio.Future: ...
 
+    def open_body(self, dest_key: bytes, length: int) -> tuple[int, asyncio.Future] | None: ...
+
+    def write_body(self, handle: int, part: bytes) -> None: ...
+
+    def end_body(self, handle: int) -> None: ...
+
+    def cancel_body(self, handle: int) -> None: ...
+
     def keeps_order(self, dest_key: bytes) -> bool: ...
 
     async def recv(self, wait: float, until: asyncio.Future | None = None) -> QueuedMessage | None: ...
@@ -185,6 +193,22 @@ def begin_send(node: BridgeNode, key: bytes, payload: bytes, answered: Callable[
         return
     future.add_done_callback(
         lambda done: answered(send_answer(node, key, len(payload), started, fate(done))))
+
+
+def open_send(node: BridgeNode, key: bytes, length: int, answered: Callable[[Answer], None]) -> int | None:
+    """Start a `/send` of `length` bytes before its body is whole (the node's
+    `open_body`); `answered` gets its answer as with `begin_send`. None when
+    the node cannot start it yet: the caller gathers the body and begins then."""
+    started = time.monotonic()
+    try:
+        opened = node.open_body(key, length)
+    except DeliveryError:
+        return None
+    if opened is None:
+        return None
+    handle, future = opened
+    future.add_done_callback(lambda done: answered(send_answer(node, key, length, started, fate(done))))
+    return handle
 
 
 def recv_wait(text: str) -> float | Answer:

@@ -39,6 +39,9 @@ KEEPALIVE_TIMEOUT = 75.0
 MAX_READ_AHEAD = 1 << 20
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
+# A /send body from this size on goes out into the overlay as it arrives
+# (when the node has a message stream to the destination), not once whole.
+STREAMED_BODY = 1 << 20
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 # The GET routes the front door serves, by path: the BridgeConnection method for each.
@@ -89,6 +92,10 @@ class BridgeConnection(asyncio.Protocol):
         self._started = 0.0
         self._body: list[bytes] = []
         self._body_size = 0
+        # the node's handle of a /send going out while its body arrives
+        self._outgoing: int | None = None
+        # an answer known before the body is whole, written once it is read
+        self._early: Answer | None = None
         self._inner: asyncio.Protocol | None = None
         self._deadline: float | None = None
         self._idle = False
@@ -132,6 +139,7 @@ class BridgeConnection(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_outgoing()
         self._state = _State.CLOSED
         self._deadline = None
         if self._watchdog is not None:
@@ -233,22 +241,60 @@ class BridgeConnection(asyncio.Protocol):
         self._body_size = len(buffer)
         self._buffer = b""
         self._set_deadline(self.door.read_timeout)
+        if length >= STREAMED_BODY:
+            self._start_outgoing(head)
+
+    def _start_outgoing(self, head: RequestHead) -> None:
+        """Send a large body into the overlay as it arrives, if the node can:
+        the transfer then overlaps the upload instead of following it."""
+        node = self.door.node
+        key = api.destination(node, head.destination)
+        if isinstance(key, Answer):
+            self._early = key
+            self._body = []
+            return
+        handle = api.open_send(node, key, head.content_length, self._answer)
+        if handle is None:
+            return
+        self._outgoing = handle
+        for part in self._body:
+            node.write_body(handle, part)
+        self._body = []
 
     def _body_received(self, data: bytes) -> None:
         assert self._head is not None
         missing = self._head.content_length - self._body_size
         if len(data) < missing:
-            self._body.append(data)
+            self._take_part(data)
             self._body_size += len(data)
             return
-        self._body.append(data[:missing] if len(data) > missing else data)
+        self._take_part(data[:missing] if len(data) > missing else data)
         self._buffer = data[missing:]
-        body = b"".join(self._body)
-        self._body = []
         self._body_size = 0
         self._deadline = None
         self._state = _State.ANSWERING
-        self._send_body(body)
+        if self._outgoing is not None:
+            handle, self._outgoing = self._outgoing, None
+            self.door.node.end_body(handle)  # the answer comes with the send's fate
+        elif self._early is not None:
+            early, self._early = self._early, None
+            self._answer(early)
+        else:
+            body = b"".join(self._body)
+            self._body = []
+            self._send_body(body)
+
+    def _take_part(self, part: bytes) -> None:
+        if self._outgoing is not None:
+            self.door.node.write_body(self._outgoing, part)
+        elif self._early is None:
+            self._body.append(part)
+
+    def _cancel_outgoing(self) -> None:
+        """The body will never be whole: the node drops what it sent of it."""
+        if self._outgoing is not None:
+            handle, self._outgoing = self._outgoing, None
+            self.door.node.cancel_body(handle)
 
     def _send_body(self, payload: bytes) -> None:
         node = self.door.node
@@ -284,8 +330,15 @@ class BridgeConnection(asyncio.Protocol):
     # -- answering ---------------------------------------------------------
 
     def _answer(self, answer: Answer) -> None:
-        """Write the current request's answer, then go on to the next request."""
+        """Write the current request's answer, then go on to the next request.
+        An answer known while the body still arrives (a streamed send's fate)
+        waits until the body is read."""
         if self._state is _State.CLOSED:
+            return
+        if self._state is _State.BODY:
+            self._early = answer
+            self._outgoing = None
+            self._body = []
             return
         assert self._head is not None and self.transport is not None
         if self.transport.is_closing():
@@ -370,7 +423,9 @@ class BridgeConnection(asyncio.Protocol):
         if loop.time() < deadline:
             self._watchdog = loop.call_at(deadline, self._check_deadline)
         elif self._state is _State.BODY:
+            self._cancel_outgoing()
             self._body = []
+            self._early = None
             self._close_after_answer = True  # the rest of the body is never read
             self._state = _State.ANSWERING
             self._answer(api.body_timeout(self.door.node, None,

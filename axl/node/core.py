@@ -119,6 +119,22 @@ class NodeCore:
             self.apply([], now)
         return handle
 
+    def open_body(self, dest_key: bytes, length: int, now: float) -> int | None:
+        """Start a send whose body follows in parts (`write_body`, then
+        `end_body` or `cancel_body`); None when it cannot start before the
+        body is whole. Nothing leaves until `flush()` or any other call."""
+        return self.messages.open_body(dest_key, length, now)
+
+    def write_body(self, handle: int, part: bytes) -> None:
+        self.messages.streams.write_body(handle, part)
+
+    def end_body(self, handle: int) -> None:
+        self.messages.streams.end_body(handle)
+
+    def cancel_body(self, handle: int, now: float) -> None:
+        self.messages.streams.cancel_body(handle, now)
+        self.apply([], now)
+
     def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
         """Start a request; its outcome arrives as ReplyReceived or SendFailed."""
         handle = self.messages.request(dest_key, payload, timeout, now)

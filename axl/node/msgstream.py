@@ -99,18 +99,33 @@ def encode_ack(seq: int, status: int) -> bytes:
     return _ACK.pack(ACK, seq, status)
 
 
+@dataclass(slots=True)
+class StreamedBody:
+    """A message written while its body is still arriving: the length its
+    header announced and the parts written so far."""
+
+    length: int
+    parts: list[bytes]
+
+
 class StreamSender:
     """One session's sending side: sequence numbers, the messages sent but
-    not yet acknowledged, and those waiting for room in the window."""
+    not yet acknowledged, and those waiting for room in the window.
+
+    A message may also be written as its body arrives (`open`, `write`,
+    `close`): its header goes out first, with the length announced, and the
+    messages submitted meanwhile wait until it is whole."""
 
     def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES) -> None:
         self.session_id = session_id
         self.window_messages = window_messages
         self.next_seq = 1
         # seq -> payload of every message not yet acknowledged, sent or waiting
-        self.unacked: OrderedDict[int, bytes] = OrderedDict()
+        self.unacked: OrderedDict[int, bytes | StreamedBody] = OrderedDict()
         # the waiting ones: always the highest sequence numbers, in order
         self._waiting: deque[int] = deque()
+        # the message whose body is still being written, if any
+        self.open_seq: int | None = None
         self._buffer = bytearray()
         self._pending: list[bytes] = []
 
@@ -120,11 +135,48 @@ class StreamSender:
         seq = self.next_seq
         self.next_seq += 1
         self.unacked[seq] = payload
-        if self._waiting or len(self.unacked) > self.window_messages:
+        if self._waiting or self.open_seq is not None or len(self.unacked) > self.window_messages:
             self._waiting.append(seq)
         else:
             self._queue_frame(seq, payload)
         return seq
+
+    def can_open(self) -> bool:
+        """Whether a message may start before its body is whole: none is
+        open, none waits, and the window has room."""
+        return self.open_seq is None and not self._waiting and len(self.unacked) < self.window_messages
+
+    def open(self, length: int) -> int:
+        """Start a message of `length` bytes whose body `write` gives in parts."""
+        assert self.can_open()
+        seq = self.next_seq
+        self.next_seq += 1
+        self.unacked[seq] = StreamedBody(length, [])
+        self.open_seq = seq
+        self._pending.append(_MESSAGE.pack(MESSAGE, seq, length))
+        return seq
+
+    def write(self, part: bytes) -> None:
+        """The next part of the open message's body."""
+        assert self.open_seq is not None
+        body = self.unacked[self.open_seq]
+        assert isinstance(body, StreamedBody)
+        body.parts.append(part)
+        self._pending.append(part)
+
+    def close(self) -> None:
+        """The open message is whole; the messages that waited for it go out."""
+        self.open_seq = None
+        self._release()
+
+    def cancel(self) -> None:
+        """Drop the open message. Part of it may be on the wire: the caller
+        must break the connection, so that the receiver never completes it,
+        and start another (which repeats the other unacknowledged ones)."""
+        assert self.open_seq is not None
+        del self.unacked[self.open_seq]
+        self.open_seq = None
+        self._release()
 
     def _queue_frame(self, seq: int, payload: bytes) -> None:
         if len(payload) < SEPARATE_PAYLOAD:
@@ -135,9 +187,11 @@ class StreamSender:
     def _release(self) -> None:
         """Send the waiting messages the window has room for now."""
         waiting = self._waiting
-        while waiting and len(self.unacked) - len(waiting) < self.window_messages:
+        while waiting and self.open_seq is None and len(self.unacked) - len(waiting) < self.window_messages:
             seq = waiting.popleft()
-            self._queue_frame(seq, self.unacked[seq])
+            payload = self.unacked[seq]
+            assert isinstance(payload, bytes)
+            self._queue_frame(seq, payload)
 
     def withdraw(self, seq: int) -> None:
         """Forget a message still waiting for room (its sender gave up on it):
@@ -148,7 +202,8 @@ class StreamSender:
 
     def payload_of(self, seq: int) -> bytes:
         """An unacknowledged message's payload (to send it another way)."""
-        return self.unacked[seq]
+        payload = self.unacked[seq]
+        return b"".join(payload.parts) if isinstance(payload, StreamedBody) else payload
 
     def start_connection(self) -> bytes:
         """The first bytes of a (new) connection: the hello and every message
@@ -160,7 +215,11 @@ class StreamSender:
         for seq, payload in self.unacked.items():
             if seq >= first_waiting:
                 break
-            parts += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
+            if isinstance(payload, StreamedBody):
+                parts.append(_MESSAGE.pack(MESSAGE, seq, payload.length))
+                parts += payload.parts
+            else:
+                parts += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
         return b"".join(parts)
 
     def take_output(self) -> bytes:
@@ -193,7 +252,8 @@ class StreamSender:
             kind, seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
                 raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
-            if seq >= first_waiting or self.unacked.pop(seq, None) is None:
+            # (The open message cannot be acknowledged: the receiver does not have it whole.)
+            if seq >= first_waiting or seq == self.open_seq or self.unacked.pop(seq, None) is None:
                 raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
             acks.append(Ack(seq, status))
             offset += _ACK.size

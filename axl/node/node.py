@@ -183,6 +183,34 @@ class Node:
         # The turn's flush drains the core (its frames, events and timer) for every send started in it.
         return self._future_for(handle)
 
+    def open_body(self, dest_key: bytes, length: int) -> tuple[int, asyncio.Future] | None:
+        """Start a send of `length` bytes whose body is still arriving: its
+        parts go out as `write_body` gives them, so a large message crosses
+        the overlay while its client is still uploading it. Returns the send's
+        handle and the future of its fate (as `start_send`'s), or None when
+        it cannot start before the body is whole (no message stream to
+        `dest_key` yet, or one such send already under way there)."""
+        handle = self.core.open_body(dest_key, length, time.monotonic())
+        if handle is None:
+            return None
+        self._flush_soon()
+        return handle, self._future_for(handle)
+
+    def write_body(self, handle: int, part: bytes) -> None:
+        self.core.write_body(handle, part)
+        self._flush_soon()
+
+    def end_body(self, handle: int) -> None:
+        self.core.end_body(handle)
+        self._flush_soon()
+
+    def cancel_body(self, handle: int) -> None:
+        """The body will never be whole: the message is dropped unsent, and
+        its future is forgotten unsettled (its caller has answered already)."""
+        self._waiting.pop(handle, None)
+        self.core.cancel_body(handle, time.monotonic())
+        self._drain()
+
     def keeps_order(self, dest_key: bytes) -> bool:
         """Whether sends to `dest_key` started now arrive in the order started,
         even while earlier ones are unanswered (see MessageLayer.keeps_order)."""

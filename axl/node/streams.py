@@ -123,6 +123,7 @@ class MessageStreams:
         self._active: dict[tuple[bytes, int], _Inbound] = {}
         self._unsupported: OrderedDict[bytes, float] = OrderedDict()
         self._sessions = SessionTable()
+        self._bodies: dict[int, _Link] = {}  # handle -> link, of messages whose body is arriving
         self._timers: Deadlines[_Link | _Inbound] = Deadlines()
         if self.enabled:
             stack.listen(settings.stream_port)
@@ -153,8 +154,11 @@ class MessageStreams:
             link = self._links[dest] = _Link(dest, StreamSender(self._rng.getrandbits(64)))
         if link.conn is None:
             self._connect(link, now)
+        return self._register(link, link.sender.submit(payload), now)
+
+    def _register(self, link: _Link, seq: int, now: float) -> int:
+        """A handle for message `seq`, with its send timeout running."""
         handle = next(self._handles)
-        seq = link.sender.submit(payload)
         link.handles[seq] = handle
         expiry = now + self.settings.send_timeout
         link.expiries.append((expiry, seq))
@@ -164,6 +168,56 @@ class MessageStreams:
             link.idle_deadline = None
             self._schedule(link)
         return handle
+
+    # -- a message written as its body arrives --------------------------
+
+    def open_body(self, dest: bytes, length: int, now: float) -> int | None:
+        """Start a message of `length` bytes before its body is whole (a large
+        /send still arriving): its parts follow through `write_body`, and
+        it is acknowledged as any other. None when it cannot start now: no
+        connected stream to `dest`, or one such message already open there,
+        or a full window (the caller then gathers the body first)."""
+        link = self._links.get(dest)
+        if link is None or not link.connected or not link.sender.can_open():
+            return None
+        handle = self._register(link, link.sender.open(length), now)
+        self._bodies[handle] = link
+        return handle
+
+    def write_body(self, handle: int, part: bytes) -> None:
+        """The next part of an open message; ignored once its fate is known."""
+        link = self._bodies.get(handle)
+        if link is not None:
+            link.sender.write(part)
+
+    def end_body(self, handle: int) -> None:
+        """The open message is whole."""
+        link = self._bodies.pop(handle, None)
+        if link is not None:
+            link.sender.close()
+
+    def cancel_body(self, handle: int, now: float) -> None:
+        """Drop an open message whose body will never be whole (its client
+        left or was too slow): no event follows for `handle`."""
+        link = self._bodies.pop(handle, None)
+        if link is not None:
+            link.handles.pop(link.sender.open_seq, None)
+            self._drop_open_body(link, now)
+
+    def _drop_open_body(self, link: _Link, now: float) -> None:
+        """Drop the open message and restart the connection: the receiver
+        discards the part it has, and the new connection repeats the other
+        unacknowledged messages."""
+        link.sender.cancel()
+        if link.conn is not None:
+            self._by_conn.pop(link.conn, None)
+            link.conn.abort()
+            link.conn = None
+            link.connected = False
+        if link.sender.unacked:
+            self._connect(link, now)
+        else:
+            self._forget_link(link)
 
     def _connect(self, link: _Link, now: float) -> None:
         link.conn = self.stack.connect(address_for_key(link.dest), self.settings.stream_port, now=now)
@@ -261,6 +315,7 @@ class MessageStreams:
 
     def _end_link(self, link: _Link, error: DeliveryError) -> None:
         for handle in link.handles.values():
+            self._bodies.pop(handle, None)
             self._events.append(SendFailed(handle, error))
         link.handles.clear()
         if link.conn is not None:
@@ -290,6 +345,11 @@ class MessageStreams:
                 link.sender.withdraw(seq)
                 self._events.append(SendFailed(handle, DeliveryTimeout(
                     f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")))
+                if self._bodies.pop(handle, None) is not None:
+                    # its body is still arriving: it must never arrive whole
+                    self._drop_open_body(link, now)
+                    if link.conn is None:
+                        return
         if (link.idle_deadline is not None and link.idle_deadline <= now and link.conn is not None
                 and not link.sender.unacked):
             link.conn.close()
