@@ -6,8 +6,9 @@ wrap those calls so that agents written in Python do not each re-implement
 headers, long polls, timeouts and error statuses:
 
 - ``AsyncClient``: asyncio, on aiohttp (already a dependency of the node).
-- ``Client``: the same calls, blocking, on the standard library's urllib,
-  for scripts and notebooks.
+- ``Client``: the same calls, blocking, on the standard library's
+  http.client, for scripts and notebooks. It keeps its connection to the
+  bridge open between calls (one per thread), as the async one does.
 
 Both speak to one node; pass its bridge URL (``http://127.0.0.1:9002`` by
 default). Every failure is a ``BridgeError`` carrying the HTTP status (None
@@ -26,11 +27,13 @@ incoming messages pushed as they arrive.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import itertools
 import json
-import urllib.error
+import select
+import threading
+import time
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -502,37 +505,94 @@ class MessageStream:
         self._arrived.put_nowait(None)
 
 
+# A kept connection idle this long is not used again: the bridge closes idle
+# ones after 75 s, and a request must not meet a close on its way in.
+REUSE_SECONDS = 30.0
+
+
+@dataclass
+class _Kept:
+    """A connection to the bridge kept open between calls, and when it was last used."""
+
+    connection: http.client.HTTPConnection
+    used: float
+
+    def reusable(self) -> bool:
+        """Still fresh, and the bridge has not closed it: a socket with
+        something to read between answers has an end of file (or junk) on it."""
+        sock = self.connection.sock
+        if sock is None or time.monotonic() - self.used > REUSE_SECONDS:
+            return False
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable
+
+
 class Client:
-    """A node's bridge from blocking code, standard library only: ``with Client(url) as node: ...``."""
+    """A node's bridge from blocking code, standard library only: ``with Client(url) as node: ...``.
+
+    Each thread keeps one connection to the bridge open between calls (a new
+    connection per call costs the client and the node more than a small
+    message does); ``close()``, or leaving the ``with`` block, closes the
+    calling thread's."""
 
     def __init__(self, url: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url.rstrip("/")
         self.operations = Operations(timeout)
         self._peer_id: str | None = None
+        parts = urllib.parse.urlsplit(self.url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port
+        self._prefix = parts.path
+        self._local = threading.local()
 
     def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        return None
+        self.close()
+
+    def close(self) -> None:
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        self._local.kept = None
+        if kept is not None:
+            kept.connection.close()
 
     def run(self, operation: Operation[T]) -> T:
         """Perform one operation; the other methods are this with a ready-made operation."""
         call = operation.call
         url = self.url + call.path
-        request = urllib.request.Request(url, data=call.body, headers=call.headers, method=call.method)
         try:
-            with urllib.request.urlopen(request, timeout=call.timeout) as response:
-                reply = Reply(response.status, {k.lower(): v for k, v in response.headers.items()},
-                              response.read())
-        except urllib.error.HTTPError as error:
-            reply = Reply(error.code, {k.lower(): v for k, v in error.headers.items()}, error.read())
+            reply = self._exchange(call)
         except TimeoutError:
+            self.close()
             raise BridgeError(None, f"no answer within {call.timeout:g} s", url) from None
-        except (urllib.error.URLError, ConnectionError) as error:
-            reason = getattr(error, "reason", error)
-            raise BridgeUnreachable(None, f"cannot connect ({reason})", url) from None
+        except (OSError, http.client.HTTPException) as error:
+            self.close()
+            raise BridgeUnreachable(None, f"cannot connect ({error})", url) from None
         return _checked(operation, reply, url)
+
+    def _exchange(self, call: Call) -> Reply:
+        """One request and its whole answer, on this thread's kept connection
+        (opened again when it has gone stale) or a new one."""
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        if kept is None or not kept.reusable():
+            if kept is not None:
+                kept.connection.close()
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            kept = self._local.kept = _Kept(kind(self._host, self._port, timeout=call.timeout), 0.0)
+        connection = kept.connection
+        connection.timeout = call.timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(call.timeout)
+        connection.request(call.method, self._prefix + call.path, body=call.body, headers=call.headers)
+        response = connection.getresponse()
+        reply = Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+        if response.will_close:
+            self.close()
+        else:
+            kept.used = time.monotonic()
+        return reply
 
     def topology(self) -> dict[str, Any]:
         return self.run(self.operations.topology())

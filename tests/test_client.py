@@ -153,3 +153,77 @@ async def test_a_second_receiving_stream_is_refused_with_409(pair):
             async with client.stream(receive=True):
                 pass
     assert caught.value.status == 409
+
+
+class CountingBridge:
+    """A stand-in bridge on loopback that answers every request with a
+    topology and counts the connections it accepts; with `close_after` it
+    closes each connection after that many answers (as the node does with an
+    idle one) without saying so."""
+
+    def __init__(self, close_after: int | None = None) -> None:
+        import socket
+        import threading
+
+        self.close_after = close_after
+        self.connections = 0
+        self.closed = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
+
+    def _answer(self, sock) -> None:
+        body = json.dumps({"our_public_key": "ab" * 32, "peers": [], "tree": []}).encode()
+        answers = 0
+        with sock, sock.makefile("rb") as reader:
+            while self.close_after is None or answers < self.close_after:
+                if not self._read_head(reader):
+                    break
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                answers += 1
+        self.closed += 1
+
+    @staticmethod
+    def _read_head(reader) -> bool:
+        """Read one request head (these requests have no body); False at the end."""
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            pass
+        return line == b"\r\n"
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_the_blocking_client_keeps_its_connection_between_calls() -> None:
+    bridge = CountingBridge()
+    try:
+        with Client(bridge.url) as client:
+            for _ in range(10):
+                assert client.topology()["our_public_key"] == "ab" * 32
+        assert bridge.connections == 1
+    finally:
+        bridge.close()
+
+
+def test_the_blocking_client_notices_a_connection_the_bridge_closed() -> None:
+    bridge = CountingBridge(close_after=1)
+    try:
+        with Client(bridge.url) as client:
+            for call in range(1, 4):
+                assert client.topology()["our_public_key"] == "ab" * 32
+                wait_until(lambda: bridge.closed == call, 5, what="the stand-in closed the connection")
+        assert bridge.connections == 3
+    finally:
+        bridge.close()
