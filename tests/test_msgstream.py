@@ -249,19 +249,35 @@ def test_a_body_written_as_it_arrives_goes_out_whole_and_holds_back_later_messag
     assert sender.payload_of(seq) == b"a" * 100_000 + b"b" * 200_000
 
 
-def test_a_reconnection_repeats_the_part_of_an_open_body_written_so_far() -> None:
+def test_after_a_reconnection_an_open_body_is_gathered_and_sent_whole() -> None:
+    """The receiver may have reset the first connection because the frame was
+    too slow to complete: the new one gets the message only once it is whole."""
     table = SessionTable()
     sender = StreamSender(session_id=6)
-    sender.start_connection()
+    sender.submit(b"before")
+    first = StreamReceiver(table, PEER, max_message_size=100)
+    wire = sender.start_connection() + sender.take_output()
     seq = sender.open(10)
     sender.write(b"12345")
-    first = StreamReceiver(table, PEER, max_message_size=100)
-    assert feed(first, sender.start_connection() + sender.take_output()) == [Hello(6)]
+    assert feed(first, wire + sender.take_output())[1:] == [Message(1, b"before")]
     second = StreamReceiver(table, PEER, max_message_size=100)
     wire = sender.start_connection()
-    sender.write(b"67890")
+    sender.write(b"678")
+    assert feed(second, wire + sender.take_output()) == [Hello(6), Answered(1, STATUS_QUEUED)]
+    sender.write(b"90")
     sender.close()
-    assert feed(second, wire + sender.take_output()) == [Hello(6), Message(seq, b"1234567890")]
+    assert feed(second, sender.take_output()) == [Message(seq, b"1234567890")]
+
+
+def test_a_body_cancelled_after_a_reconnection_needs_no_new_connection() -> None:
+    sender = StreamSender(session_id=6)
+    sender.start_connection()
+    sender.open(10)
+    sender.write(b"12345")
+    assert sender.cancel()  # on the wire: the connection must break
+    sender.open(10)
+    sender.start_connection()
+    assert not sender.cancel()
 
 
 def test_an_open_body_cannot_be_acknowledged_and_a_cancelled_one_is_gone() -> None:

@@ -274,3 +274,24 @@ def test_a_body_that_outlasts_the_send_timeout_gets_504_and_never_arrives():
     sender.end_body(handle)
     sender.send_message(pair.keys[1], b"next", pair.now)
     assert answer_all(pair) == [b"next"]
+
+
+def test_a_body_open_when_the_stream_breaks_is_delivered_whole_on_the_next():
+    """The receiver resets a frame that takes too long (or the path breaks):
+    the rest of the body is gathered, and the message crosses whole, once."""
+    pair = pair_with_a_stream()
+    sender = pair.cores[0]
+    handle = sender.open_body(pair.keys[1], 8, pair.now)
+    sender.write_body(handle, b"abcd")
+    sender.flush(pair.now)
+    pair.run(0.5)
+    [conn] = stream_connections(pair, 1)
+    conn.abort()
+    pair.run(1.0)
+    sender.write_body(handle, b"efgh")
+    sender.end_body(handle)
+    sender.flush(pair.now)
+    assert answer_all(pair) == [b"abcdefgh"]
+    pair.run(1.0)
+    assert handle in [event.handle for event in pair.take(0, Acknowledged)]
+    assert pair.take(0, SendFailed) == []

@@ -114,7 +114,10 @@ class StreamSender:
 
     A message may also be written as its body arrives (`open`, `write`,
     `close`): its header goes out first, with the length announced, and the
-    messages submitted meanwhile wait until it is whole."""
+    messages submitted meanwhile wait until it is whole. If the connection
+    breaks meanwhile, the new one does not repeat its part: the rest of the
+    body is gathered and the message sent whole once it is (a receiver that
+    reset a frame too slow to complete must not be given it slowly again)."""
 
     def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES) -> None:
         self.session_id = session_id
@@ -124,8 +127,10 @@ class StreamSender:
         self.unacked: OrderedDict[int, bytes | StreamedBody] = OrderedDict()
         # the waiting ones: always the highest sequence numbers, in order
         self._waiting: deque[int] = deque()
-        # the message whose body is still being written, if any
+        # the message whose body is still being written, if any, and whether
+        # its part so far is on the current connection's wire
         self.open_seq: int | None = None
+        self._open_on_wire = False
         self._buffer = bytearray()
         self._pending: list[bytes] = []
 
@@ -153,30 +158,40 @@ class StreamSender:
         self.next_seq += 1
         self.unacked[seq] = StreamedBody(length, [])
         self.open_seq = seq
+        self._open_on_wire = True
         self._pending.append(_MESSAGE.pack(MESSAGE, seq, length))
         return seq
 
-    def write(self, part: bytes) -> None:
-        """The next part of the open message's body."""
+    def _open_body(self) -> StreamedBody:
         assert self.open_seq is not None
         body = self.unacked[self.open_seq]
         assert isinstance(body, StreamedBody)
-        body.parts.append(part)
-        self._pending.append(part)
+        return body
+
+    def write(self, part: bytes) -> None:
+        """The next part of the open message's body."""
+        self._open_body().parts.append(part)
+        if self._open_on_wire:
+            self._pending.append(part)
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
+        if not self._open_on_wire:
+            body = self._open_body()
+            self._pending += (_MESSAGE.pack(MESSAGE, self.open_seq, body.length), *body.parts)
         self.open_seq = None
         self._release()
 
-    def cancel(self) -> None:
-        """Drop the open message. Part of it may be on the wire: the caller
-        must break the connection, so that the receiver never completes it,
-        and start another (which repeats the other unacknowledged ones)."""
+    def cancel(self) -> bool:
+        """Drop the open message. True when part of it is on the wire: the
+        caller must then break the connection, so that the receiver never
+        completes it, and start another (which repeats the other
+        unacknowledged messages)."""
         assert self.open_seq is not None
         del self.unacked[self.open_seq]
         self.open_seq = None
         self._release()
+        return self._open_on_wire
 
     def _queue_frame(self, seq: int, payload: bytes) -> None:
         if len(payload) < SEPARATE_PAYLOAD:
@@ -214,6 +229,9 @@ class StreamSender:
         first_waiting = self._waiting[0] if self._waiting else self.next_seq
         for seq, payload in self.unacked.items():
             if seq >= first_waiting:
+                break
+            if seq == self.open_seq:
+                self._open_on_wire = False  # sent whole once its body is
                 break
             if isinstance(payload, StreamedBody):
                 parts.append(_MESSAGE.pack(MESSAGE, seq, payload.length))

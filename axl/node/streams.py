@@ -205,10 +205,14 @@ class MessageStreams:
             self._drop_open_body(link, now)
 
     def _drop_open_body(self, link: _Link, now: float) -> None:
-        """Drop the open message and restart the connection: the receiver
-        discards the part it has, and the new connection repeats the other
-        unacknowledged messages."""
-        link.sender.cancel()
+        """Drop the open message. If part of it is on the wire, restart the
+        connection: the receiver discards that part, and the new connection
+        repeats the other unacknowledged messages."""
+        if not link.sender.cancel():
+            if not link.handles and link.connected:
+                link.idle_deadline = now + SENDER_IDLE
+                self._schedule(link)
+            return
         if link.conn is not None:
             self._by_conn.pop(link.conn, None)
             link.conn.abort()
