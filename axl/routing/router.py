@@ -65,6 +65,8 @@ MAX_INFOS_PER_PEER = 1024
 # Honest traffic stays far below: one lookup a second per destination.
 LOOKUP_RATE = 200.0
 LOOKUP_BURST = 1000.0
+# Destinations whose next hop is remembered (all forgotten at once past this).
+HOP_CACHE_SIZE = 4096
 
 
 class BadSignature(DecodeError):
@@ -156,6 +158,8 @@ class Router:
         self._response_counter = 0
         self._coords_cache: dict[bytes, tuple[bytes, list[int]]] = {}
         self._ancestry_cache: dict[bytes, list[bytes]] = {}
+        # destination coordinates -> (best next hop or None, our distance to them)
+        self._hops: dict[tuple[int, ...], tuple[_Link | None, int]] = {}
         self._refresh = False
         self._do_root1 = False
         self._do_root2 = False
@@ -183,6 +187,7 @@ class Router:
             self._send_tree(link, TYPE_ANNOUNCE, self.infos[info_key].encode())
         peer.links[link_id] = link
         self._links[link_id] = link
+        self._hops.clear()
         if peer.request is None:
             peer.request = self._new_request()
         self._send_request(link, peer.request)
@@ -195,6 +200,7 @@ class Router:
         link = self._links.pop(link_id, None)
         if link is None:
             return []
+        self._hops.clear()
         peer = self._peers[link.key]
         del peer.links[link_id]
         if not peer.links:
@@ -360,6 +366,7 @@ class Router:
         if not link.responded:
             link.responded = True
             self._update_lag(link, int(round((self._now - link.req_sent_at) * 1e9)))
+            self._hops.clear()  # the link's cost changed
 
     @staticmethod
     def _update_lag(link: _Link, rtt_ns: int) -> None:
@@ -463,6 +470,7 @@ class Router:
         cached until an info is stored or expires (the only two changes)."""
         self._coords_cache.clear()
         self._ancestry_cache.clear()
+        self._hops.clear()
 
     def _new_request(self) -> SigReq:
         own = self.infos.get(self.key)
@@ -629,10 +637,28 @@ class Router:
         return tree_distance(self._root_and_path(key)[1], path)
 
     def _next_hop(self, path: list[int], watermark: int) -> tuple[_Link | None, int]:
-        """Greedy next hop under the watermark; returns (link or None, lowered watermark)."""
-        self_dist = self._dist(path, self.key)
+        """Greedy next hop under the watermark; returns (link or None, lowered watermark).
+
+        The choice depends on the destination's coordinates and on the tree,
+        the peers and the links' costs, not on the packet: it is remembered
+        per coordinates until one of those changes (every packet of a flow
+        would otherwise measure its distance through every peer again)."""
+        key = tuple(path)
+        hop = self._hops.get(key)
+        if hop is None:
+            hop = self._best_hop(path)
+            if len(self._hops) >= HOP_CACHE_SIZE:
+                self._hops.clear()
+            self._hops[key] = hop
+        best, self_dist = hop
         if self_dist >= watermark:
             return None, watermark
+        return best, self_dist
+
+    def _best_hop(self, path: list[int]) -> tuple[_Link | None, int]:
+        """The peer link closest to `path` (None when no peer is closer than
+        we are), and our own distance to it."""
+        self_dist = self._dist(path, self.key)
         best: _Link | None = None
         best_cpd = best_dist = 0
         for peer in self._peers.values():
