@@ -523,8 +523,9 @@ class _Kept:
         sock = self.connection.sock
         if sock is None or time.monotonic() - self.used > REUSE_SECONDS:
             return False
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable
+        poller = select.poll()  # not select.select: it refuses descriptors from 1024 on
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
 
 
 class Client:
@@ -570,6 +571,12 @@ class Client:
         except (OSError, http.client.HTTPException) as error:
             self.close()
             raise BridgeUnreachable(None, f"cannot connect ({error})", url) from None
+        except BaseException:
+            # Interrupted (Ctrl-C) or refused before sending: the connection may
+            # hold a half-sent request or a long poll still waiting, which would
+            # take a message for nobody. It must not serve another call.
+            self.close()
+            raise
         return _checked(operation, reply, url)
 
     def _exchange(self, call: Call) -> Reply:

@@ -227,3 +227,53 @@ def test_the_blocking_client_notices_a_connection_the_bridge_closed() -> None:
         assert bridge.connections == 3
     finally:
         bridge.close()
+
+
+def test_an_interrupted_long_poll_takes_no_message_for_nobody(pair):
+    """Ctrl-C during recv(wait) must not leave the poll waiting on a kept
+    connection: the next message would be written to it and lost."""
+    import signal
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted()
+
+    a, b = pair
+    drain(b)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with Client(b.url) as receiver, Client(a.url) as sender:
+            assert receiver.recv() is None
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(Interrupted):
+                receiver.recv(wait=5)
+            sender.send(b.peer_id, b"not for nobody")
+            message = receiver.recv(wait=5)
+            assert message is not None and message.body == b"not for nobody"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_blocking_client_works_with_descriptors_past_1024() -> None:
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    bridge = CountingBridge()
+    try:
+        with Client(bridge.url) as client:
+            for _ in range(3):
+                assert client.topology()["our_public_key"] == "ab" * 32
+        assert bridge.connections == 1
+    finally:
+        bridge.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
