@@ -10,11 +10,12 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 
 import pytest
 
 from axl.bridge.http1 import Answer, HttpDate, parse_head, render_head
-from nodes import lone_node, metric_samples
+from nodes import drain, lone_node, metric_samples
 
 KEY = "ab" * 32
 
@@ -138,6 +139,23 @@ def test_pipelined_requests_are_answered_in_order(node) -> None:
         assert answers.next()[0] == 400
         assert answers.next()[0] == 200
     assert [node.recv(5)[2] for _ in range(4)] == [b"p1", b"p2", b"p3", b"p4"]
+
+
+def test_a_large_body_read_ahead_behind_a_waiting_answer_is_read_on(node) -> None:
+    """Reading pauses once 1 MiB waits behind an answer in progress (a long
+    poll here); the body of the request after it must be read on, not left
+    to time out."""
+    drain(node)
+    payload = bytes(range(256)) * (8 << 10)  # 2 MiB
+    with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+        sock.sendall(b"GET /recv?wait=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        sending = threading.Thread(target=sock.sendall, args=(send_request(node.peer_id, payload),))
+        sending.start()
+        answers = Responses(sock)
+        assert answers.next()[0] == 204
+        assert answers.next()[0] == 200
+        sending.join(10)
+    assert node.recv(5)[2] == payload
 
 
 def test_a_connection_goes_on_with_the_full_application_after_its_first_other_request(node) -> None:

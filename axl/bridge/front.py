@@ -206,6 +206,9 @@ class BridgeConnection(asyncio.Protocol):
         elif self._buffer and self._idle:
             self._idle = False
             self._set_deadline(self.door.read_timeout)
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
         if self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
@@ -241,6 +244,7 @@ class BridgeConnection(asyncio.Protocol):
         self._body_size = len(buffer)
         self._buffer = b""
         self._set_deadline(self.door.read_timeout)
+        self._resume_reading()  # paused while read-ahead waited behind the last answer
         if length >= STREAMED_BODY:
             self._start_outgoing(head)
 
