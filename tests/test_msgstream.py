@@ -293,3 +293,22 @@ def test_an_open_body_cannot_be_acknowledged_and_a_cancelled_one_is_gone() -> No
     assert list(sender.unacked) == [1, 3] and sender.can_open()
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     assert feed(receiver, sender.start_connection())[1:] == [Message(1, b"kept"), Message(3, b"next")]
+
+
+def test_an_open_body_may_be_refused_as_too_large_before_it_is_whole() -> None:
+    """The receiver answers 413 on reading the announced length; the sender
+    takes that answer and leaves the message for its caller to cancel."""
+    sender = StreamSender(session_id=5)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    wire = sender.start_connection()
+    seq = sender.open(1000)
+    sender.write(b"x" * 10)
+    events = feed(receiver, wire + sender.take_output())
+    assert events[1:] == [Answered(seq, STATUS_TOO_LARGE)]
+    assert sender.receive(receiver.answer(seq, STATUS_TOO_LARGE)) == [Ack(seq, STATUS_TOO_LARGE)]
+    assert sender.open_seq == seq and sender.cancel()
+    with pytest.raises(StreamError):
+        again = StreamSender(session_id=5)
+        again.start_connection()
+        again.open(10)
+        again.receive(encode_ack(1, STATUS_QUEUED))

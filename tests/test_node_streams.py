@@ -8,9 +8,10 @@ import dataclasses
 
 from test_node_core import SETTINGS, Pair
 
-from axl.errors import DeliveryTimeout, ReceiverFull
+from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
 from axl.node.msgstream import WINDOW_MESSAGES
+from axl.node.streams import BODY_HOLD
 from axl.routing.frames import split_frame
 
 NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
@@ -228,7 +229,7 @@ def test_a_body_sent_as_it_arrives_is_delivered_whole_and_once():
     pair.run(0.5)
     assert pair.take(1, InboundMessage) == []
     sender.write_body(handle, b"56789")
-    sender.end_body(handle)
+    sender.end_body(handle, pair.now)
     sender.flush(pair.now)
     assert answer_all(pair) == [b"0123456789", b"later"]
     pair.run(1.0)
@@ -241,6 +242,8 @@ def pair_with_a_stream() -> Pair:
     pair.run(3.0)
     pair.cores[0].send_message(pair.keys[1], b"first", pair.now)
     assert answer_all(pair) == [b"first"]
+    pair.run(1.0)
+    assert len(pair.take(0, Acknowledged)) == 1
     return pair
 
 
@@ -261,19 +264,71 @@ def test_a_cancelled_body_never_arrives_and_the_others_still_do():
     assert pair.take(0, SendFailed) == []
 
 
-def test_a_body_that_outlasts_the_send_timeout_gets_504_and_never_arrives():
+def test_a_body_s_send_timeout_starts_once_it_is_whole():
+    """Its upload is bounded by the bridge's read timeout, not by the send timeout."""
     pair = pair_with_a_stream()
     sender = pair.cores[0]
     handle = sender.open_body(pair.keys[1], 10, pair.now)
     sender.write_body(handle, b"slow")
     sender.flush(pair.now)
     pair.run(SETTINGS.send_timeout + 1)
-    [failed] = pair.take(0, SendFailed)
-    assert failed.handle == handle and isinstance(failed.error, DeliveryTimeout)
-    sender.write_body(handle, b"...late")  # the client goes on: ignored
-    sender.end_body(handle)
-    sender.send_message(pair.keys[1], b"next", pair.now)
-    assert answer_all(pair) == [b"next"]
+    assert pair.take(0, SendFailed) == []
+    sender.write_body(handle, b"...ok")
+    sender.write_body(handle, b"!")
+    sender.end_body(handle, pair.now)
+    sender.flush(pair.now)
+    assert answer_all(pair) == [b"slow...ok!"]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [handle]
+
+
+def test_messages_do_not_wait_long_behind_a_slow_body():
+    """After BODY_HOLD, a body still arriving is taken off the stream and sent
+    once whole; the messages behind it go at once, each delivered once."""
+    pair = pair_with_a_stream()
+    sender = pair.cores[0]
+    handle = sender.open_body(pair.keys[1], 10, pair.now)
+    sender.write_body(handle, b"01234")
+    behind = sender.send_message(pair.keys[1], b"behind", pair.now)
+    sender.flush(pair.now)
+    pair.run(0.5)
+    assert pair.take(1, InboundMessage) == []
+    pair.run(BODY_HOLD)
+    assert answer_all(pair) == [b"behind"]
+    sender.write_body(handle, b"56789")
+    sender.end_body(handle, pair.now)
+    sender.flush(pair.now)
+    assert answer_all(pair) == [b"0123456789"]
+    pair.run(1.0)
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == sorted([behind, handle])
+    assert pair.take(0, SendFailed) == []
+
+
+def test_a_receiver_refusing_an_open_body_as_too_large_fails_that_one_alone():
+    pair = Pair((SETTINGS, dataclasses.replace(SETTINGS, max_message_size=100)))
+    pair.run(3.0)
+    sender = pair.cores[0]
+    sender.send_message(pair.keys[1], b"first", pair.now)
+    assert answer_all(pair) == [b"first"]
+    pair.run(1.0)
+    pair.take(0, Acknowledged)
+    ahead = sender.send_message(pair.keys[1], b"ahead", pair.now)
+    sender.flush(pair.now)
+    pair.run(0.2)
+    [ahead_inbound] = pair.take(1, InboundMessage)
+    handle = sender.open_body(pair.keys[1], 1000, pair.now)
+    sender.write_body(handle, b"x" * 10)
+    behind = sender.send_message(pair.keys[1], b"behind", pair.now)
+    sender.flush(pair.now)
+    pair.run(0.5)
+    pair.cores[1].answer_inbound(ahead_inbound.handle, True, None, pair.now)
+    sender.write_body(handle, b"y" * 990)  # the client goes on: ignored
+    sender.end_body(handle, pair.now)
+    assert answer_all(pair) == [b"behind"]
+    pair.run(1.0)
+    [refused] = pair.take(0, SendFailed)
+    assert refused.handle == handle and isinstance(refused.error, MessageTooLarge)
+    assert sorted(event.handle for event in pair.take(0, Acknowledged)) == sorted([ahead, behind])
 
 
 def test_a_body_open_when_the_stream_breaks_is_delivered_whole_on_the_next():
@@ -289,7 +344,7 @@ def test_a_body_open_when_the_stream_breaks_is_delivered_whole_on_the_next():
     conn.abort()
     pair.run(1.0)
     sender.write_body(handle, b"efgh")
-    sender.end_body(handle)
+    sender.end_body(handle, pair.now)
     sender.flush(pair.now)
     assert answer_all(pair) == [b"abcdefgh"]
     pair.run(1.0)

@@ -128,8 +128,8 @@ class NodeCore:
     def write_body(self, handle: int, part: bytes) -> None:
         self.messages.streams.write_body(handle, part)
 
-    def end_body(self, handle: int) -> None:
-        self.messages.streams.end_body(handle)
+    def end_body(self, handle: int, now: float) -> None:
+        self.messages.streams.end_body(handle, now)
 
     def cancel_body(self, handle: int, now: float) -> None:
         self.messages.streams.cancel_body(handle, now)

@@ -162,7 +162,8 @@ class StreamSender:
         self._pending.append(_MESSAGE.pack(MESSAGE, seq, length))
         return seq
 
-    def _open_body(self) -> StreamedBody:
+    def open_body(self) -> StreamedBody:
+        """The open message's body so far."""
         assert self.open_seq is not None
         body = self.unacked[self.open_seq]
         assert isinstance(body, StreamedBody)
@@ -170,14 +171,14 @@ class StreamSender:
 
     def write(self, part: bytes) -> None:
         """The next part of the open message's body."""
-        self._open_body().parts.append(part)
+        self.open_body().parts.append(part)
         if self._open_on_wire:
             self._pending.append(part)
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
         if not self._open_on_wire:
-            body = self._open_body()
+            body = self.open_body()
             self._pending += (_MESSAGE.pack(MESSAGE, self.open_seq, body.length), *body.parts)
         self.open_seq = None
         self._release()
@@ -270,8 +271,12 @@ class StreamSender:
             kind, seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
                 raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
-            # (The open message cannot be acknowledged: the receiver does not have it whole.)
-            if seq >= first_waiting or seq == self.open_seq or self.unacked.pop(seq, None) is None:
+            # The open message can only be refused on its announced length (413):
+            # the receiver does not have it whole. It stays outstanding for the
+            # caller to cancel.
+            if seq == self.open_seq and status == STATUS_TOO_LARGE:
+                pass
+            elif seq >= first_waiting or seq == self.open_seq or self.unacked.pop(seq, None) is None:
                 raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
             acks.append(Ack(seq, status))
             offset += _ACK.size

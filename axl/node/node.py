@@ -201,7 +201,7 @@ class Node:
         self._flush_soon()
 
     def end_body(self, handle: int) -> None:
-        self.core.end_body(handle)
+        self.core.end_body(handle, time.monotonic())
         self._flush_soon()
 
     def cancel_body(self, handle: int) -> None:

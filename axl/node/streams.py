@@ -39,6 +39,7 @@ from axl.node.msgstream import (
     Message,
     SessionTable,
     StreamError,
+    StreamedBody,
     StreamReceiver,
     StreamSender,
 )
@@ -56,6 +57,10 @@ MAX_UNSUPPORTED = 4096
 # A sender closes a stream with nothing outstanding after this long (the
 # receiver's own limit is the idle timeout, conn_idle_timeout_secs).
 SENDER_IDLE = 30.0
+# Messages wait at most this long behind a body still arriving before that
+# body is taken off the stream, to be sent once whole (a slow client must not
+# hold up the others).
+BODY_HOLD = 1.0
 # Reopenings of a broken connection in a row without any acknowledgement.
 MAX_REOPENS = 2
 # How long a receiver that closed waits for the sender's last ACK before it resets.
@@ -80,6 +85,8 @@ class _Link:
     expiries: deque[tuple[float, int]] = field(default_factory=deque)
     connect_deadline: float | None = None
     idle_deadline: float | None = None
+    # when messages waiting behind an open body stop waiting for it
+    hold_deadline: float | None = None
     rest: memoryview = field(default_factory=lambda: memoryview(b""))
     deadline: float | None = None
 
@@ -124,6 +131,8 @@ class MessageStreams:
         self._unsupported: OrderedDict[bytes, float] = OrderedDict()
         self._sessions = SessionTable()
         self._bodies: dict[int, _Link] = {}  # handle -> link, of messages whose body is arriving
+        # handle -> (destination, body) of bodies arriving too slowly to hold a stream up
+        self._gathering: dict[int, tuple[bytes, StreamedBody]] = {}
         self._timers: Deadlines[_Link | _Inbound] = Deadlines()
         if self.enabled:
             stack.listen(settings.stream_port)
@@ -149,17 +158,24 @@ class MessageStreams:
         return link is not None and link.ever_connected
 
     def send(self, dest: bytes, payload: bytes, now: float) -> int:
+        return self._submit(dest, payload, next(self._handles), now)
+
+    def _submit(self, dest: bytes, payload: bytes, handle: int, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
             link = self._links[dest] = _Link(dest, StreamSender(self._rng.getrandbits(64)))
         if link.conn is None:
             self._connect(link, now)
-        return self._register(link, link.sender.submit(payload), now)
-
-    def _register(self, link: _Link, seq: int, now: float) -> int:
-        """A handle for message `seq`, with its send timeout running."""
-        handle = next(self._handles)
+        seq = link.sender.submit(payload)
         link.handles[seq] = handle
+        self._expire_later(link, seq, now)
+        if link.sender.open_seq is not None and link.hold_deadline is None:
+            link.hold_deadline = now + BODY_HOLD
+            self._schedule(link)
+        return handle
+
+    def _expire_later(self, link: _Link, seq: int, now: float) -> None:
+        """Start message `seq`'s send timeout."""
         expiry = now + self.settings.send_timeout
         link.expiries.append((expiry, seq))
         # Expiries come in order, so a later one never moves a deadline that
@@ -167,20 +183,23 @@ class MessageStreams:
         if link.idle_deadline is not None or link.deadline is None or link.deadline > expiry:
             link.idle_deadline = None
             self._schedule(link)
-        return handle
 
     # -- a message written as its body arrives --------------------------
 
     def open_body(self, dest: bytes, length: int, now: float) -> int | None:
         """Start a message of `length` bytes before its body is whole (a large
         /send still arriving): its parts follow through `write_body`, and
-        it is acknowledged as any other. None when it cannot start now: no
-        connected stream to `dest`, or one such message already open there,
-        or a full window (the caller then gathers the body first)."""
+        it is acknowledged as any other. Its send timeout starts once it is
+        whole (its upload is bounded by the bridge's read timeout). None when
+        it cannot start now: no connected stream to `dest`, or one such
+        message already open there, or a full window (the caller then
+        gathers the body first)."""
         link = self._links.get(dest)
         if link is None or not link.connected or not link.sender.can_open():
             return None
-        handle = self._register(link, link.sender.open(length), now)
+        handle = next(self._handles)
+        link.handles[link.sender.open(length)] = handle
+        link.idle_deadline = None
         self._bodies[handle] = link
         return handle
 
@@ -189,29 +208,51 @@ class MessageStreams:
         link = self._bodies.get(handle)
         if link is not None:
             link.sender.write(part)
+        elif handle in self._gathering:
+            self._gathering[handle][1].parts.append(part)
 
-    def end_body(self, handle: int) -> None:
+    def end_body(self, handle: int, now: float) -> None:
         """The open message is whole."""
         link = self._bodies.pop(handle, None)
         if link is not None:
+            seq = link.sender.open_seq
             link.sender.close()
+            link.hold_deadline = None
+            self._expire_later(link, seq, now)
+        elif handle in self._gathering:
+            dest, body = self._gathering.pop(handle)
+            self._submit(dest, b"".join(body.parts), handle, now)
 
     def cancel_body(self, handle: int, now: float) -> None:
         """Drop an open message whose body will never be whole (its client
         left or was too slow): no event follows for `handle`."""
+        self._gathering.pop(handle, None)
         link = self._bodies.pop(handle, None)
         if link is not None:
             link.handles.pop(link.sender.open_seq, None)
-            self._drop_open_body(link, now)
+            self._take_off_wire(link, now)
 
-    def _drop_open_body(self, link: _Link, now: float) -> None:
-        """Drop the open message. If part of it is on the wire, restart the
-        connection: the receiver discards that part, and the new connection
-        repeats the other unacknowledged messages."""
+    def _hold_expired(self, link: _Link, now: float) -> None:
+        """Messages have waited BODY_HOLD behind a body still arriving (a slow
+        client): take it off the stream, to be gathered and sent whole, so
+        they go now. (Their order against it was never promised: its /send
+        is not answered yet.)"""
+        handle = link.handles.pop(link.sender.open_seq)
+        self._bodies.pop(handle)
+        log.info("a /send body to %s is arriving slowly: it goes once whole, after the "
+                 "messages waiting behind it", link.dest.hex()[:16])
+        self._gathering[handle] = (link.dest, link.sender.open_body())
+        self._take_off_wire(link, now)
+
+    def _take_off_wire(self, link: _Link, now: float) -> None:
+        """Drop the open message from the stream. If part of it is on the
+        wire, restart the connection: the receiver discards that part, and
+        the new connection repeats the other unacknowledged messages."""
+        link.hold_deadline = None
         if not link.sender.cancel():
             if not link.handles and link.connected:
                 link.idle_deadline = now + SENDER_IDLE
-                self._schedule(link)
+            self._schedule(link)
             return
         if link.conn is not None:
             self._by_conn.pop(link.conn, None)
@@ -266,9 +307,14 @@ class MessageStreams:
         self._schedule(link)
 
     def _acknowledged(self, link: _Link, acks: list[Ack], now: float) -> None:
+        too_large_open = False
         for ack in acks:
             link.reopens = 0
             handle = link.handles.pop(ack.seq, None)
+            if ack.seq == link.sender.open_seq:
+                # refused on its announced length while its body still arrives
+                too_large_open = True
+                self._bodies.pop(handle, None)
             if handle is None:
                 continue  # its sender was told it timed out
             if ack.status == STATUS_QUEUED:
@@ -279,6 +325,9 @@ class MessageStreams:
             else:
                 self._events.append(SendFailed(handle, MessageTooLarge(
                     f"the message exceeds the max_message_size of {link.dest.hex()}")))
+        if too_large_open:
+            self._take_off_wire(link, now)
+            return
         if not link.handles and link.connected:
             link.idle_deadline = now + SENDER_IDLE
         self._schedule(link)
@@ -349,11 +398,10 @@ class MessageStreams:
                 link.sender.withdraw(seq)
                 self._events.append(SendFailed(handle, DeliveryTimeout(
                     f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")))
-                if self._bodies.pop(handle, None) is not None:
-                    # its body is still arriving: it must never arrive whole
-                    self._drop_open_body(link, now)
-                    if link.conn is None:
-                        return
+        if link.hold_deadline is not None and link.hold_deadline <= now:
+            self._hold_expired(link, now)
+            if link.conn is None:
+                return
         if (link.idle_deadline is not None and link.idle_deadline <= now and link.conn is not None
                 and not link.sender.unacked):
             link.conn.close()
@@ -365,7 +413,7 @@ class MessageStreams:
     def _schedule(self, link: _Link) -> None:
         while link.expiries and link.expiries[0][1] not in link.handles:
             link.expiries.popleft()
-        candidates = [when for when in (link.connect_deadline, link.idle_deadline,
+        candidates = [when for when in (link.connect_deadline, link.idle_deadline, link.hold_deadline,
                                         link.expiries[0][0] if link.expiries else None)
                       if when is not None]
         self._set_deadline(link, min(candidates) if candidates else None)
