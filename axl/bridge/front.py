@@ -28,7 +28,8 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.http1 import HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head
+from axl.bridge.http1 import (HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head,
+                              text_answer)
 from axl.observe.httpstats import HttpStats
 
 log = logging.getLogger("axl.bridge")
@@ -429,11 +430,14 @@ class BridgeConnection(asyncio.Protocol):
         elif self._state is _State.BODY:
             self._cancel_outgoing()
             self._body = []
+            reason = f"request body not received within {self.door.read_timeout:g}s"
+            # A send whose fate came early was counted then: the 408 is not counted again.
+            answer = (text_answer(408, reason) if self._early is not None
+                      else api.body_timeout(self.door.node, None, reason))
             self._early = None
             self._close_after_answer = True  # the rest of the body is never read
             self._state = _State.ANSWERING
-            self._answer(api.body_timeout(self.door.node, None,
-                                          f"request body not received within {self.door.read_timeout:g}s"))
+            self._answer(answer)
         else:
             self.close()
 

@@ -608,6 +608,8 @@ class MessageStreams:
             conn.abort()
         self._by_conn.clear()
         self._links.clear()
+        self._bodies.clear()
+        self._gathering.clear()
 
     def _set_deadline(self, owner: _Link | _Inbound, when: float | None) -> None:
         self._timers.set(owner, when)
