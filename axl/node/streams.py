@@ -170,7 +170,8 @@ class MessageStreams:
         link.handles[seq] = handle
         self._expire_later(link, seq, now)
         if link.sender.open_seq is not None and link.hold_deadline is None:
-            link.hold_deadline = now + BODY_HOLD
+            # (well inside the send timeout of the messages that wait, however short)
+            link.hold_deadline = now + min(BODY_HOLD, self.settings.send_timeout / 2)
             self._schedule(link)
         return handle
 
