@@ -162,7 +162,7 @@ class StreamSender:
         self._pending.append(_MESSAGE.pack(MESSAGE, seq, length))
         return seq
 
-    def open_body(self) -> StreamedBody:
+    def body_so_far(self) -> StreamedBody:
         """The open message's body so far."""
         assert self.open_seq is not None
         body = self.unacked[self.open_seq]
@@ -171,14 +171,14 @@ class StreamSender:
 
     def write(self, part: bytes) -> None:
         """The next part of the open message's body."""
-        self.open_body().parts.append(part)
+        self.body_so_far().parts.append(part)
         if self._open_on_wire:
             self._pending.append(part)
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
         if not self._open_on_wire:
-            body = self.open_body()
+            body = self.body_so_far()
             self._pending += (_MESSAGE.pack(MESSAGE, self.open_seq, body.length), *body.parts)
         self.open_seq = None
         self._release()
@@ -206,7 +206,7 @@ class StreamSender:
         while waiting and self.open_seq is None and len(self.unacked) - len(waiting) < self.window_messages:
             seq = waiting.popleft()
             payload = self.unacked[seq]
-            assert isinstance(payload, bytes)
+            assert not isinstance(payload, StreamedBody)  # an open message never waits
             self._queue_frame(seq, payload)
 
     def withdraw(self, seq: int) -> None:

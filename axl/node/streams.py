@@ -242,7 +242,7 @@ class MessageStreams:
         self._bodies.pop(handle)
         log.info("a /send body to %s is arriving slowly: it goes once whole, after the "
                  "messages waiting behind it", link.dest.hex()[:16])
-        self._gathering[handle] = (link.dest, link.sender.open_body())
+        self._gathering[handle] = (link.dest, link.sender.body_so_far())
         self._take_off_wire(link, now)
 
     def _take_off_wire(self, link: _Link, now: float) -> None:
