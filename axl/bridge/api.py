@@ -191,8 +191,7 @@ def begin_send(node: BridgeNode, key: bytes, payload: bytes, answered: Callable[
     except DeliveryError as exc:
         answered(send_answer(node, key, len(payload), started, exc))
         return
-    future.add_done_callback(
-        lambda done: answered(send_answer(node, key, len(payload), started, fate(done))))
+    _answer_on_fate(node, key, len(payload), started, future, answered)
 
 
 def open_send(node: BridgeNode, key: bytes, length: int, answered: Callable[[Answer], None]) -> int | None:
@@ -207,8 +206,13 @@ def open_send(node: BridgeNode, key: bytes, length: int, answered: Callable[[Ans
     if opened is None:
         return None
     handle, future = opened
-    future.add_done_callback(lambda done: answered(send_answer(node, key, length, started, fate(done))))
+    _answer_on_fate(node, key, length, started, future, answered)
     return handle
+
+
+def _answer_on_fate(node: BridgeNode, key: bytes, size: int, started: float, future: asyncio.Future,
+                    answered: Callable[[Answer], None]) -> None:
+    future.add_done_callback(lambda done: answered(send_answer(node, key, size, started, fate(done))))
 
 
 def recv_wait(text: str) -> float | Answer:

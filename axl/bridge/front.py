@@ -388,9 +388,7 @@ class BridgeConnection(asyncio.Protocol):
         inner = ready.result()()
         self._inner = inner
         self._state = _State.HANDED_OFF
-        if self._reading_paused:
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self._resume_reading()
         inner.connection_made(self.transport)
         if self._writing_paused:
             inner.pause_writing()

@@ -128,8 +128,7 @@ class MessageLayer:
 
     def send(self, dest_key: bytes, payload: bytes, now: float) -> int:
         """Start one acknowledged message; raises MessageTooLarge at once."""
-        if len(payload) > self.settings.max_message_size:
-            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds max_message_size")
+        self._check_size(len(payload))
         if self.streams.usable(dest_key, now):
             return self.streams.send(dest_key, payload, now)
         return self._open(dest_key, payload, now, now + self.settings.lookup_timeout, None)
@@ -137,11 +136,14 @@ class MessageLayer:
     def open_body(self, dest_key: bytes, length: int, now: float) -> int | None:
         """Start a message before its body is whole, on a connected stream
         (MessageStreams.open_body); None when it must be gathered first."""
-        if length > self.settings.max_message_size:
-            raise MessageTooLarge(f"payload of {length} bytes exceeds max_message_size")
+        self._check_size(length)
         if not self.streams.usable(dest_key, now):
             return None
         return self.streams.open_body(dest_key, length, now)
+
+    def _check_size(self, length: int) -> None:
+        if length > self.settings.max_message_size:
+            raise MessageTooLarge(f"payload of {length} bytes exceeds max_message_size")
 
     def keeps_order(self, dest_key: bytes) -> bool:
         """Whether concurrent sends to `dest_key` arrive in the order started.
