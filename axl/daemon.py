@@ -13,7 +13,9 @@ import signal
 from axl.adapters import DispatchSettings, InboundDispatcher
 from axl.bridge.server import BridgeServer
 from axl.config import NodeConfig
+from axl.heap import TRIM_INTERVAL, HeapTuning
 from axl.node import Node
+from axl.tasks import start_task
 
 log = logging.getLogger("axl.node")
 
@@ -36,14 +38,19 @@ async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopped.set)
     bridge = BridgeServer(node, node.config)
+    heap = HeapTuning()
+    heap.keep_freed_memory()
+    trimmer = start_task(_trim_heap(heap), log, "heap trim")
     try:
         await node.start()
         await bridge.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
+        trimmer.cancel()
         await _stop(node, bridge, dispatcher)
         return 1
     await stopped.wait()
+    trimmer.cancel()
     log.info("stopping")
     try:
         await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
@@ -51,6 +58,12 @@ async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
         log.error("stopping took over %.0f s; exiting without waiting further", STOP_TIMEOUT)
         return 1
     return 0
+
+
+async def _trim_heap(heap: HeapTuning) -> None:
+    while heap.active:
+        await asyncio.sleep(TRIM_INTERVAL)
+        heap.release_free_memory()
 
 
 async def _stop(node: Node, bridge: BridgeServer, dispatcher: InboundDispatcher) -> None:

@@ -1,0 +1,63 @@
+"""The C heap of a daemon that moves large buffers: keep freed memory for reuse
+while data flows, hand it back to the system once things are quiet.
+
+A bulk transfer allocates and frees the same large buffers (64 KiB frames,
+decrypted packets, a 16 MiB message being joined) many times a second.
+glibc's malloc gives the top of its heap back to the kernel as soon as
+128 KiB of it are free, so the next allocation faults every page in again:
+420-490 page faults per MB moved at each node, each one a kernel entry and
+a page cleared (docs/performance.md, "The heap"). A top pad makes malloc
+grow and shrink its heap in steps of TOP_PAD_BYTES instead, and a trim
+every TRIM_INTERVAL seconds returns what a burst left behind, so an idle
+node's memory still comes back down.
+
+Only glibc has these knobs; elsewhere (musl, macOS) both calls do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+
+log = logging.getLogger("axl.node")
+
+M_TOP_PAD = -2
+TOP_PAD_BYTES = 64 << 20
+TRIM_INTERVAL = 10.0
+
+
+class HeapTuning:
+    """The process's malloc settings; a no-op where the C library is not glibc."""
+
+    def __init__(self) -> None:
+        self._libc = _glibc()
+
+    @property
+    def active(self) -> bool:
+        return self._libc is not None
+
+    def keep_freed_memory(self) -> bool:
+        """Grow and shrink the heap in TOP_PAD_BYTES steps; False if not glibc."""
+        if self._libc is None:
+            return False
+        return bool(self._libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES))
+
+    def release_free_memory(self) -> None:
+        """Give every whole free page of the heap back to the system."""
+        if self._libc is not None:
+            self._libc.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.gnu_get_libc_version
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    except (OSError, AttributeError):
+        return None
+    return libc
