@@ -13,6 +13,7 @@ from axl.node.messages import Acknowledged, InboundMessage, SendFailed
 from axl.node.msgstream import WINDOW_MESSAGES
 from axl.node.streams import BODY_HOLD
 from axl.routing.frames import split_frame
+from axl.tcp.connection import TcpConfig
 
 NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
 
@@ -202,17 +203,36 @@ def receive_and_answer(pair: Pair, payload: bytes, flush: bool) -> int:
     return written + len(receiver.frames_to_send())
 
 
-def test_an_answer_given_before_the_flush_carries_the_tcp_ack():
+def test_the_tcp_ack_rides_on_the_answer_whenever_the_receiver_flushes():
     pair = Pair()
     pair.run(3.0)
     pair.cores[0].send_message(pair.keys[1], b"opens the stream", pair.now)
     assert answer_all(pair) == [b"opens the stream"]
     pair.run(1.0)
-    assert receive_and_answer(pair, b"immediate", flush=True) == 2  # a bare ACK, then the answer
+    assert receive_and_answer(pair, b"immediate", flush=True) == 1
     pair.run(1.0)
     assert receive_and_answer(pair, b"deferred", flush=False) == 1
     pair.run(1.0)
     assert len(pair.take(0, Acknowledged)) == 3
+
+
+def test_an_unanswered_message_is_acked_alone_after_the_ack_delay():
+    pair = Pair()
+    pair.run(3.0)
+    pair.cores[0].send_message(pair.keys[1], b"opens the stream", pair.now)
+    assert answer_all(pair) == [b"opens the stream"]
+    pair.run(1.0)
+    sender, receiver = pair.cores
+    sender.send_message(pair.keys[1], b"held", pair.now)
+    for write in sender.frames_to_send():
+        receiver.frame_received(1, *split_frame(write.frame), pair.now)
+    assert receiver.frames_to_send() == []
+    delay = TcpConfig().ack_delay
+    assert receiver.get_timer() <= pair.now + delay
+    receiver.handle_timer(pair.now + delay)
+    [bare_ack] = receiver.frames_to_send()
+    assert [event.payload for event in iter(receiver.next_event, None)
+            if isinstance(event, InboundMessage)] == [b"held"]
 
 
 def test_a_body_sent_as_it_arrives_is_delivered_whole_and_once():

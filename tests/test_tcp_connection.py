@@ -328,3 +328,34 @@ def test_retransmit_now_resends_an_unanswered_syn_at_once() -> None:
     assert conn.get_timer() == 0.01
     conn.handle_timer(0.01)
     assert [s.flags for s in conn.segments_to_send(0.01)] == [SYN]
+
+
+def test_a_delayed_ack_rides_on_data_or_leaves_after_the_delay() -> None:
+    config = TcpConfig(mss=1220)
+    client, server = _handshake(config)
+    server.delays_acks = True
+    _events(server)
+    client.send(b"request")
+    assert _exchange(client, server, 1.0) == [], "no bare ACK for in-order data"
+    assert server.get_timer() == pytest.approx(1.0 + config.ack_delay)
+    server.send(b"answer")
+    [answer] = server.segments_to_send(1.001)
+    assert answer.payload == b"answer" and answer.ack == client._snd_max
+    assert server.get_timer() == pytest.approx(1.001 + server.rto), "only the answer's RTO is left"
+
+    client.receive_segment(answer, 1.002)
+    client.send(b"another")
+    assert _exchange(client, server, 2.0) == []
+    server.handle_timer(2.0 + config.ack_delay)
+    [bare] = server.segments_to_send(2.0 + config.ack_delay)
+    assert bare.flags == ACK and not bare.payload and bare.ack == client._snd_max
+
+
+def test_a_delayed_ack_goes_at_once_for_every_second_full_segment() -> None:
+    client, server = _handshake(TcpConfig(mss=1220))
+    server.delays_acks = True
+    client.send(b"x" * 1220)
+    assert _exchange(client, server, 1.0) == []
+    client.send(b"y" * 1220)
+    [ack] = _exchange(client, server, 1.01)
+    assert ack.flags == ACK and ack.ack == client._snd_max

@@ -95,6 +95,12 @@ class TcpConfig:
     `consumed(n)`: the advertised window then bounds everything the
     application has not processed yet, not only what TCP still holds, so a
     sender facing a busy reader is paused instead of filling its memory.
+
+    `ack_delay` applies to connections the stack marks `delays_acks`: their
+    in-order data is acknowledged by the next segment leaving anyway, at the
+    latest `ack_delay` later or at the second full-sized segment (RFC 1122,
+    4.2.3.2), instead of by a segment of its own. It stays far below
+    `min_rto`, so a delayed ACK never makes the peer retransmit.
     """
 
     mss: int = MAX_MSS
@@ -111,6 +117,7 @@ class TcpConfig:
     max_persist_interval: float = 5.0
     offer_window_scale: bool = True
     hold_until_consumed: bool = False
+    ack_delay: float = 0.04
 
 
 def unwrap_seq(value: int, reference: int) -> int:
@@ -176,6 +183,9 @@ class TcpConnection:
         self._reading = True
 
         self._ack_now = False
+        self.delays_acks = False
+        self._ack_deadline: float | None = None
+        self._unacked_bytes = 0
         self._queued: list[TcpSegment] = []
 
         self._rtt = RttEstimator(self.config)
@@ -520,12 +530,26 @@ class TcpConnection:
             self._recv_buf.append(payload)
             self._rcv_nxt += len(payload)
             self._drain_out_of_order()
-            self._ack_now = True
+            self._acknowledge_in_order(len(payload), now)
         else:
             self._store_out_of_order(seq, bytes(payload))
             self._queued.append(self._make_segment(self._snd_max, ACK))
         if self._peer_fin_seq is not None and self._peer_fin_seq == self._rcv_nxt:
             self._receive_fin(now)
+
+    def _acknowledge_in_order(self, size: int, now: float) -> None:
+        """ACK at once, or for a connection that `delays_acks`, with the next
+        segment leaving: the answer the application writes back in the same
+        turn usually carries it, and a bare ACK costs the peer as much to
+        take in as a data segment."""
+        if not self.delays_acks:
+            self._ack_now = True
+            return
+        self._unacked_bytes += size
+        if self._unacked_bytes >= 2 * self.advertised_mss:
+            self._ack_now = True
+        elif self._ack_deadline is None:
+            self._ack_deadline = now + self.config.ack_delay
 
     def _store_out_of_order(self, seq: int, payload: bytes) -> None:
         if not payload or self._ooo_bytes + len(payload) > self.config.recv_buffer_size:
@@ -739,6 +763,8 @@ class TcpConnection:
         self._ack_now = False
 
     def _make_segment(self, seq: int, flags: int, payload: bytes = b"") -> TcpSegment:
+        self._ack_deadline = None
+        self._unacked_bytes = 0
         return TcpSegment(self.local_port, self.remote_port, seq, self._rcv_nxt, flags,
                           self._window_field(), payload=payload)
 
@@ -753,7 +779,7 @@ class TcpConnection:
 
     def get_timer(self) -> float | None:
         deadlines = [d for d in (self._rto_deadline, self._persist_deadline,
-                                 self._time_wait_deadline) if d is not None]
+                                 self._time_wait_deadline, self._ack_deadline) if d is not None]
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
@@ -765,6 +791,9 @@ class TcpConnection:
             self._on_retransmission_timeout(now)
         if self._persist_deadline is not None and now >= self._persist_deadline:
             self._send_window_probe(now)
+        if self._ack_deadline is not None and now >= self._ack_deadline:
+            self._ack_deadline = None
+            self._ack_now = True
         self._deliver()
 
     def path_changed(self, now: float) -> None:

@@ -39,7 +39,8 @@ class TcpStack:
                  mss_for_remote: Callable[[bytes], int | None] | None = None,
                  rng: random.Random | None = None, hop_limit: int = 64,
                  verify_checksums: bool = True,
-                 unchecksummed_ports: frozenset[int] = frozenset()) -> None:
+                 unchecksummed_ports: frozenset[int] = frozenset(),
+                 delayed_ack_ports: frozenset[int] = frozenset()) -> None:
         if len(local_address) != 16:
             raise ValueError("local address must be 16 bytes")
         self.local_address = local_address
@@ -50,6 +51,8 @@ class TcpStack:
         self.verify_checksums = verify_checksums
         # Connections to or from these ports send checksum 0 (see docs/protocol.md, 11).
         self.unchecksummed_ports = unchecksummed_ports
+        # Connections to or from these ports delay their ACKs (TcpConfig.ack_delay).
+        self.delayed_ack_ports = delayed_ack_ports
         self._rng = rng or random.SystemRandom()
         self._iss_secret = self._rng.getrandbits(128).to_bytes(16, "big")
         self._connections: dict[ConnectionKey, TcpConnection] = {}
@@ -86,6 +89,7 @@ class TcpStack:
         conn = TcpConnection(local_port, remote_address, remote_port, iss,
                              self.config, self._choose_mss(remote_address, mss), self._events,
                              self._touched)
+        conn.delays_acks = remote_port in self.delayed_ack_ports
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
@@ -227,6 +231,7 @@ class TcpStack:
                              self.config,
                              self._choose_mss(remote_address, self._listeners[syn.dst_port]),
                              self._events, self._touched)
+        conn.delays_acks = syn.dst_port in self.delayed_ack_ports
         conn.open_passive(syn)
         self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
 
