@@ -17,10 +17,6 @@ Only glibc has these knobs; elsewhere (musl, macOS) both calls do nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
-
-log = logging.getLogger("axl.node")
 
 M_TOP_PAD = -2
 TOP_PAD_BYTES = 64 << 20
@@ -50,11 +46,10 @@ class HeapTuning:
 
 
 def _glibc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """The C library the interpreter runs on, if it is glibc (the process's
+    own symbols: no library search, which would run ldconfig)."""
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version
         libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
         libc.malloc_trim.argtypes = (ctypes.c_size_t,)
