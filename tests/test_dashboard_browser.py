@@ -92,9 +92,12 @@ def test_dashboard_renders_identity_peers_graph_and_traffic(trio, tmp_path: Path
     for i in range(10):
         assert a.send(c.peer_id, b"m" * 4000)[0] == 200
         assert b.send(c.peer_id, b"n" * 1000)[0] == 200
-    wait_until(lambda: any(s["messages_out_per_sec"] > 0
-                           for s in a.get_json("/dashboard/api/series")["samples"]),
-               15, what="a sample with a's sends in it")
+    def charted(samples: list[dict]) -> bool:
+        """Two points at least (a line), one of them with a's sends in it."""
+        return len(samples) >= 2 and any(s["messages_out_per_sec"] > 0 for s in samples)
+
+    wait_until(lambda: charted(a.get_json("/dashboard/api/series")["samples"]),
+               15, what="two samples, one with a's sends in it")
 
     url = f"{a.url}/dashboard/?live=0"
     result = chromium(url, tmp_path / "profile", "--dump-dom")
