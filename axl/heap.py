@@ -1,11 +1,11 @@
 """The C heap of a daemon that moves large buffers: keep freed memory for reuse
-while data flows, hand it back to the system once things are quiet.
+while data flows, and hand it back to the system every few seconds.
 
 A bulk transfer allocates and frees the same large buffers (64 KiB frames,
 decrypted packets, a 16 MiB message being joined) many times a second.
 glibc's malloc gives the top of its heap back to the kernel as soon as
 128 KiB of it are free, so the next allocation faults every page in again:
-420-490 page faults per MB moved at each node, each one a kernel entry and
+450-530 page faults per MB moved at each node, each one a kernel entry and
 a page cleared (docs/performance.md, "The heap"). A top pad makes malloc
 grow and shrink its heap in steps of TOP_PAD_BYTES instead, and a trim
 every TRIM_INTERVAL seconds returns what a burst left behind, so an idle
