@@ -359,3 +359,18 @@ def test_a_delayed_ack_goes_at_once_for_every_second_full_segment() -> None:
     client.send(b"y" * 1220)
     [ack] = _exchange(client, server, 1.01)
     assert ack.flags == ACK and ack.ack == client._snd_max
+
+
+def test_a_delayed_ack_goes_at_once_when_data_fills_a_gap() -> None:
+    client, server = _handshake(TcpConfig(mss=1220))
+    server.delays_acks = True
+    client.send(b"a" * 600)
+    [first] = client.segments_to_send(1.0)
+    client.send(b"b" * 600)
+    [second] = client.segments_to_send(1.0)
+    server.receive_segment(second, 1.01)
+    [duplicate_ack] = server.segments_to_send(1.01)
+    assert duplicate_ack.ack == first.seq, "out of order: a duplicate ACK at once"
+    server.receive_segment(first, 1.02)
+    [ack] = server.segments_to_send(1.02)
+    assert ack.flags == ACK and ack.ack == client._snd_max, "the gap filled: ACKed at once"

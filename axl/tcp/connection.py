@@ -527,22 +527,24 @@ class TcpConnection:
         if fin:
             self._peer_fin_seq = seq + len(payload)
         if seq == self._rcv_nxt:
+            fills_gap = bool(self._ooo)
             self._recv_buf.append(payload)
             self._rcv_nxt += len(payload)
             self._drain_out_of_order()
-            self._acknowledge_in_order(len(payload), now)
+            self._acknowledge_in_order(len(payload), fills_gap, now)
         else:
             self._store_out_of_order(seq, bytes(payload))
             self._queued.append(self._make_segment(self._snd_max, ACK))
         if self._peer_fin_seq is not None and self._peer_fin_seq == self._rcv_nxt:
             self._receive_fin(now)
 
-    def _acknowledge_in_order(self, size: int, now: float) -> None:
+    def _acknowledge_in_order(self, size: int, fills_gap: bool, now: float) -> None:
         """ACK at once, or for a connection that `delays_acks`, with the next
         segment leaving: the answer the application writes back in the same
         turn usually carries it, and a bare ACK costs the peer as much to
-        take in as a data segment."""
-        if not self.delays_acks:
+        take in as a data segment. Data that fills a gap is ACKed at once
+        all the same (RFC 5681, 4.2): the sender is recovering a loss."""
+        if not self.delays_acks or fills_gap:
             self._ack_now = True
             return
         self._unacked_bytes += size
@@ -605,6 +607,7 @@ class TcpConnection:
         self._rto_deadline = None
         self._persist_deadline = None
         self._time_wait_deadline = None
+        self._ack_deadline = None
 
     def _emit(self, event: TcpEvent) -> None:
         if self._announced:
