@@ -33,24 +33,29 @@ def build_dispatcher(config: NodeConfig) -> InboundDispatcher:
 
 async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
     """Serve until signalled; 0 on a clean stop, 1 when start-up failed."""
+    heap = HeapTuning()
+    heap.keep_freed_memory()
+    trimmer = start_task(_trim_heap(heap), log, "heap trim")
+    try:
+        return await _serve(node, dispatcher)
+    finally:
+        trimmer.cancel()
+
+
+async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopped.set)
     bridge = BridgeServer(node, node.config)
-    heap = HeapTuning()
-    heap.keep_freed_memory()
-    trimmer = start_task(_trim_heap(heap), log, "heap trim")
     try:
         await node.start()
         await bridge.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
-        trimmer.cancel()
         await _stop(node, bridge, dispatcher)
         return 1
     await stopped.wait()
-    trimmer.cancel()
     log.info("stopping")
     try:
         await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)

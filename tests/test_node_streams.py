@@ -370,3 +370,18 @@ def test_a_body_open_when_the_stream_breaks_is_delivered_whole_on_the_next():
     pair.run(1.0)
     assert handle in [event.handle for event in pair.take(0, Acknowledged)]
     assert pair.take(0, SendFailed) == []
+
+
+def test_a_message_held_by_the_application_does_not_stall_the_next_behind_the_ack_delay():
+    # A fresh stream: the sender knows only the SYN-ACK's unscaled 64 KiB
+    # window. While the first message waits for a slow handler (MCP/A2A), the
+    # receiver does not consume, so no window update leaves; the next 70 kB
+    # must not wait for the delayed ACK to bring the scaled window.
+    pair = Pair()
+    pair.run(3.0)
+    pair.cores[0].send_message(pair.keys[1], b"held by a slow handler", pair.now)
+    pair.run(0.001)
+    assert len(pair.take(1, InboundMessage)) == 1
+    pair.cores[0].send_message(pair.keys[1], b"o" * 70_000, pair.now)
+    pair.run(0.001)
+    assert len(pair.take(1, InboundMessage)) == 1, "the second message waits for the delayed ACK"

@@ -374,3 +374,18 @@ def test_a_delayed_ack_goes_at_once_when_data_fills_a_gap() -> None:
     server.receive_segment(first, 1.02)
     [ack] = server.segments_to_send(1.02)
     assert ack.flags == ACK and ack.ack == client._snd_max, "the gap filled: ACKed at once"
+
+
+def test_a_delayed_ack_does_not_stall_a_sender_held_by_the_syn_window() -> None:
+    # The SYN-ACK's window is unscaled (at most 65535 bytes), so right after the
+    # handshake a sender of MAX_MSS segments has room for one segment only and
+    # waits for the ACK that brings the scaled window; a receiver that has not
+    # consumed yet (hold_until_consumed) sends no window update meanwhile.
+    client, server = _handshake(TcpConfig(hold_until_consumed=True))
+    server.delays_acks = True
+    client.send(b"x" * 300_000)
+    [segment] = client.segments_to_send(1.0)
+    server.receive_segment(segment, 1.0)
+    assert client.segments_to_send(1.0) == [], "the sender is window-limited"
+    assert server.segments_to_send(1.0), (
+        f"the receiver holds its ACK until {server.get_timer()}: the sender idles for the ack delay")

@@ -71,7 +71,7 @@ class NodeCore:
         # Received bytes hold the window until the message layer has them
         # processed (receive back-pressure against a busy application).
         # The message stream also delays its ACKs: the stream acknowledgements
-        # flowing back carry them (docs/protocol.md, section 12).
+        # flowing back carry them (docs/protocol.md, section 11).
         stream_ports = frozenset({settings.stream_port}) if settings.streams else frozenset()
         self.stack = TcpStack(identity.address, max_connections=max_connections,
                               config=TcpConfig(hold_until_consumed=True),

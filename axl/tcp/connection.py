@@ -542,13 +542,18 @@ class TcpConnection:
         """ACK at once, or for a connection that `delays_acks`, with the next
         segment leaving: the answer the application writes back in the same
         turn usually carries it, and a bare ACK costs the peer as much to
-        take in as a data segment. Data that fills a gap is ACKed at once
-        all the same (RFC 5681, 4.2): the sender is recovering a loss."""
+        take in as a data segment. ACKed at once all the same: data that
+        fills a gap (RFC 5681, 4.2: the sender is recovering a loss), the
+        second full-sized segment, and data that leaves the sender less
+        than two segments of window (the SYN-ACK's window is unscaled, so
+        right after the handshake one segment fills it: the ACK brings the
+        real window)."""
         if not self.delays_acks or fills_gap:
             self._ack_now = True
             return
         self._unacked_bytes += size
-        if self._unacked_bytes >= 2 * self.advertised_mss:
+        full_segments = 2 * self.send_mss
+        if self._unacked_bytes >= full_segments or self._rcv_adv - self._rcv_nxt < full_segments:
             self._ack_now = True
         elif self._ack_deadline is None:
             self._ack_deadline = now + self.config.ack_delay
