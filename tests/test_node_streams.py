@@ -204,24 +204,16 @@ def receive_and_answer(pair: Pair, payload: bytes, flush: bool) -> int:
 
 
 def test_the_tcp_ack_rides_on_the_answer_whenever_the_receiver_flushes():
-    pair = Pair()
-    pair.run(3.0)
-    pair.cores[0].send_message(pair.keys[1], b"opens the stream", pair.now)
-    assert answer_all(pair) == [b"opens the stream"]
-    pair.run(1.0)
+    pair = pair_with_a_stream()
     assert receive_and_answer(pair, b"immediate", flush=True) == 1
     pair.run(1.0)
     assert receive_and_answer(pair, b"deferred", flush=False) == 1
     pair.run(1.0)
-    assert len(pair.take(0, Acknowledged)) == 3
+    assert len(pair.take(0, Acknowledged)) == 2
 
 
 def test_an_unanswered_message_is_acked_alone_after_the_ack_delay():
-    pair = Pair()
-    pair.run(3.0)
-    pair.cores[0].send_message(pair.keys[1], b"opens the stream", pair.now)
-    assert answer_all(pair) == [b"opens the stream"]
-    pair.run(1.0)
+    pair = pair_with_a_stream()
     sender, receiver = pair.cores
     sender.send_message(pair.keys[1], b"held", pair.now)
     for write in sender.frames_to_send():
