@@ -98,8 +98,8 @@ class TcpConfig:
 
     `ack_delay` applies to connections the stack marks `delays_acks`: their
     in-order data is acknowledged by the next segment leaving anyway, at the
-    latest `ack_delay` later or at the second full-sized segment (RFC 1122,
-    4.2.3.2), instead of by a segment of its own. It stays far below
+    latest `ack_delay` later (sooner in the cases `_acknowledge_in_order`
+    names), instead of by a segment of its own. It stays far below
     `min_rto`, so a delayed ACK never makes the peer retransmit.
     """
 
