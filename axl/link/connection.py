@@ -16,6 +16,7 @@ import itertools
 import logging
 import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,12 @@ if TYPE_CHECKING:
 _link_ids = itertools.count(1)
 CLOSE_GRACE = 1.0
 COALESCE_BYTES = 64 * 1024
-READ_BUFFER_BYTES = 64 * 1024
+READ_BUFFER_BYTES = 128 * 1024
+"""The read buffer the link connections of a thread share: room for two
+64 KiB frames, so that half of a bulk transfer's frames lie whole inside one
+read and the frame decoder copies them once (a 64 KiB buffer split nearly
+every frame). 256 KiB cost the receiver less CPU still, but its transfers
+ran slower (docs/performance.md, "Reading the links")."""
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
@@ -137,7 +143,6 @@ class Connection(asyncio.BufferedProtocol):
         self._timer_at = 0.0
         self._flush_scheduled = False
         self._paused = False
-        self._read_buffer: memoryview | None = None
 
     @property
     def log(self) -> logging.Logger:
@@ -175,15 +180,15 @@ class Connection(asyncio.BufferedProtocol):
     # --- receiving -----------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._read_buffer is None:
-            self._read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
-        return self._read_buffer
+        """One buffer for every link: a transport fills it and calls
+        buffer_updated at once, within one callback of the single-threaded
+        loop, and the link protocol keeps nothing of it past that call."""
+        return _shared_read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         """The view is handed on as it is: the link protocol copies what it
         keeps (its handshake and frame buffers) before the next read."""
-        assert self._read_buffer is not None
-        self.data_received(self._read_buffer[:nbytes])
+        self.data_received(_shared_read_buffer()[:nbytes])
 
     def data_received(self, data: bytes | memoryview) -> None:
         if self.closed or self._protocol is None:
@@ -378,3 +383,14 @@ def _format_addr(addr: tuple[Any, ...]) -> str:
         except OSError:
             host = f"{host}%{addr[3]}"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_per_thread = threading.local()
+
+
+def _shared_read_buffer() -> memoryview:
+    """The read buffer of this thread's links (a loop runs in one thread)."""
+    buffer = getattr(_per_thread, "read_buffer", None)
+    if buffer is None:
+        buffer = _per_thread.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+    return buffer
