@@ -19,6 +19,8 @@ from nacl.exceptions import CryptoError
 BOX_KEY_SIZE = 32
 BOX_OVERHEAD = 16
 _NONCE_PREFIX = bytes(16)
+_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+"""C buffers for libsodium to fill: not zeroed first, as each is written whole."""
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,17 @@ def open_parts(boxed: bytes | memoryview, counter: int, key: bytes,
     libsodium writes the plaintext into one buffer (no padded copy of the
     box, no zeroed output to slice); `boxed` may be a view into the packet.
     The second part is a read-only view of that buffer, which nothing else
-    holds: a 64 KiB TCP segment travels up to the stack uncopied.
+    holds: a 64 KiB TCP segment travels up to the stack uncopied. The
+    buffer is not zeroed first (bytearray's memset was 3% of a bulk
+    receiver): libsodium writes every byte of it, or the view is never made.
     """
     if len(boxed) < BOX_OVERHEAD:
         return None
-    plain = bytearray(len(boxed) - BOX_OVERHEAD)
-    if lib.crypto_box_open_easy_afternm(ffi.from_buffer("unsigned char[]", plain),
-                                        ffi.from_buffer(boxed), len(boxed),
+    plain = _uncleared("unsigned char[]", len(boxed) - BOX_OVERHEAD)
+    if lib.crypto_box_open_easy_afternm(plain, ffi.from_buffer(boxed), len(boxed),
                                         box_nonce(counter), key) != 0:
         return None
-    view = memoryview(plain).toreadonly()
+    view = memoryview(ffi.buffer(plain)).toreadonly()
     return bytes(view[:head]), view[head:]
 
 
