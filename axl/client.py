@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -510,9 +511,10 @@ class MessageStream:
 REUSE_SECONDS = 30.0
 
 
-@dataclass
+@dataclass(eq=False)
 class _Kept:
-    """A connection to the bridge kept open between calls, and when it was last used."""
+    """A connection to the bridge kept open between calls, and when it was last used
+    (compared and hashed by identity: the client keeps a weak set of them)."""
 
     connection: http.client.HTTPConnection
     used: float
@@ -533,8 +535,8 @@ class Client:
 
     Each thread keeps one connection to the bridge open between calls (a new
     connection per call costs the client and the node more than a small
-    message does); ``close()``, or leaving the ``with`` block, closes the
-    calling thread's."""
+    message does); ``close()``, or leaving the ``with`` block, closes every
+    thread's. A thread's connection also closes when the thread ends."""
 
     def __init__(self, url: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url.rstrip("/")
@@ -546,6 +548,9 @@ class Client:
         self._port = parts.port
         self._prefix = parts.path
         self._local = threading.local()
+        # Weak, so that a connection goes with its thread's locals when the thread ends.
+        self._every_kept: weakref.WeakSet[_Kept] = weakref.WeakSet()
+        self._every_kept_lock = threading.Lock()
 
     def __enter__(self) -> "Client":
         return self
@@ -554,9 +559,22 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close the connections of every thread; a later call opens a new one
+        (a call under way in another thread fails with BridgeUnreachable)."""
+        self._local.kept = None
+        with self._every_kept_lock:
+            every = list(self._every_kept)
+            self._every_kept.clear()
+        for kept in every:
+            kept.connection.close()
+
+    def _drop_kept(self) -> None:
+        """Close the calling thread's connection, which must not serve another call."""
         kept: _Kept | None = getattr(self._local, "kept", None)
         self._local.kept = None
         if kept is not None:
+            with self._every_kept_lock:
+                self._every_kept.discard(kept)
             kept.connection.close()
 
     def run(self, operation: Operation[T]) -> T:
@@ -566,16 +584,16 @@ class Client:
         try:
             reply = self._exchange(call)
         except TimeoutError:
-            self.close()
+            self._drop_kept()
             raise BridgeError(None, f"no answer within {call.timeout:g} s", url) from None
         except (OSError, http.client.HTTPException) as error:
-            self.close()
+            self._drop_kept()
             raise BridgeUnreachable(None, f"cannot connect ({error})", url) from None
         except BaseException:
             # Interrupted (Ctrl-C) or refused before sending: the connection may
             # hold a half-sent request or a long poll still waiting, which would
             # take a message for nobody. It must not serve another call.
-            self.close()
+            self._drop_kept()
             raise
         return _checked(operation, reply, url)
 
@@ -588,6 +606,8 @@ class Client:
                 kept.connection.close()
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             kept = self._local.kept = _Kept(kind(self._host, self._port, timeout=call.timeout), 0.0)
+            with self._every_kept_lock:
+                self._every_kept.add(kept)
         connection = kept.connection
         connection.timeout = call.timeout
         if connection.sock is not None:
@@ -596,7 +616,7 @@ class Client:
         response = connection.getresponse()
         reply = Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
         if response.will_close:
-            self.close()
+            self._drop_kept()
         else:
             kept.used = time.monotonic()
         return reply

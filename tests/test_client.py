@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 
 import pytest
 
@@ -162,9 +164,6 @@ class CountingBridge:
     idle one) without saying so."""
 
     def __init__(self, close_after: int | None = None) -> None:
-        import socket
-        import threading
-
         self.close_after = close_after
         self.connections = 0
         self.closed = 0
@@ -173,8 +172,6 @@ class CountingBridge:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        import threading
-
         while True:
             try:
                 sock, _ = self.server.accept()
@@ -205,28 +202,67 @@ class CountingBridge:
     def close(self) -> None:
         self.server.close()
 
+    def __enter__(self) -> "CountingBridge":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def test_the_blocking_client_keeps_its_connection_between_calls() -> None:
-    bridge = CountingBridge()
-    try:
+    with CountingBridge() as bridge:
         with Client(bridge.url) as client:
             for _ in range(10):
                 assert client.topology()["our_public_key"] == "ab" * 32
         assert bridge.connections == 1
-    finally:
-        bridge.close()
 
 
 def test_the_blocking_client_notices_a_connection_the_bridge_closed() -> None:
-    bridge = CountingBridge(close_after=1)
-    try:
+    with CountingBridge(close_after=1) as bridge:
         with Client(bridge.url) as client:
             for call in range(1, 4):
                 assert client.topology()["our_public_key"] == "ab" * 32
                 wait_until(lambda: bridge.closed == call, 5, what="the stand-in closed the connection")
         assert bridge.connections == 3
-    finally:
-        bridge.close()
+
+
+def test_closing_the_blocking_client_closes_every_threads_connection() -> None:
+    with CountingBridge() as bridge:
+        client = Client(bridge.url)
+        called = threading.Barrier(3)
+        checked = threading.Event()
+
+        def call_and_stay() -> None:
+            """Call, then stay alive (with the connection) until the check is over."""
+            client.topology()
+            called.wait(5)
+            checked.wait(10)
+
+        threads = [threading.Thread(target=call_and_stay) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            called.wait(5)
+            assert bridge.connections == 2
+            client.close()
+            wait_until(lambda: bridge.closed == 2, 5, what="both threads' connections closed")
+        finally:
+            checked.set()
+            for thread in threads:
+                thread.join(5)
+        assert client.topology()["our_public_key"] == "ab" * 32
+        assert bridge.connections == 3
+        client.close()
+
+
+def test_a_blocking_client_threads_connection_closes_when_the_thread_ends() -> None:
+    with CountingBridge() as bridge:
+        client = Client(bridge.url)
+        thread = threading.Thread(target=client.topology)
+        thread.start()
+        thread.join(5)
+        assert bridge.connections == 1
+        wait_until(lambda: bridge.closed == 1, 5, what="the ended thread's connection closed")
 
 
 def test_an_interrupted_long_poll_takes_no_message_for_nobody(pair):
@@ -266,14 +302,12 @@ def test_the_blocking_client_works_with_descriptors_past_1024() -> None:
         pytest.skip(f"the descriptor limit is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
-    bridge = CountingBridge()
     try:
-        with Client(bridge.url) as client:
+        with CountingBridge() as bridge, Client(bridge.url) as client:
             for _ in range(3):
                 assert client.topology()["our_public_key"] == "ab" * 32
         assert bridge.connections == 1
     finally:
-        bridge.close()
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
