@@ -42,7 +42,7 @@ READ_BUFFER_BYTES = 128 * 1024
 64 KiB frames, so that half of a bulk transfer's frames lie whole inside one
 read and the frame decoder copies them once (a 64 KiB buffer split nearly
 every frame). 256 KiB cost the receiver less CPU still, but its transfers
-ran slower (docs/performance.md, "Reading the links")."""
+ran slower (docs/performance.md, "Bulk: where a one-hop transfer goes")."""
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
@@ -116,9 +116,9 @@ class Link:
 class Connection(asyncio.BufferedProtocol):
     """Protocol for one byte-stream connection, from connect to close.
 
-    A buffered protocol: the transport reads into one buffer per link
-    (`get_buffer`), and TLS decrypts as many records into it as have come
-    in. As a plain protocol, every TLS read allocated a 256 KiB object to
+    A buffered protocol: the transport reads into the read buffer the links
+    of its thread share (`get_buffer`), and TLS decrypts as many records
+    into it as have come in. As a plain protocol, every TLS read allocated a 256 KiB object to
     return at most one 16 KiB record, and the records of one read were
     joined again. Adapters over WebSocket and QUIC streams still hand their
     bytes to `data_received`.
