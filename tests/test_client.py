@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -155,6 +156,88 @@ async def test_a_second_receiving_stream_is_refused_with_409(pair):
             async with client.stream(receive=True):
                 pass
     assert caught.value.status == 409
+
+
+def test_a_blocking_stream_pipelines_sends_and_pushes_messages_in_order(pair):
+    a, b = pair
+    with Client(a.url) as sender, Client(b.url) as receiver:
+        with receiver.stream(receive=True, window=16) as inbound:
+            with sender.stream() as outbound:
+                futures = [outbound.start_send(b.peer_id, f"p{i}") for i in range(200)]
+                acks = [future.result(60) for future in futures]
+                assert outbound.send(b.peer_id, b"last") == Ack(201)
+            got = []
+            for message in inbound.messages():
+                got.append(message)
+                if len(got) == 201:
+                    break
+    assert [ack.number for ack in acks] == list(range(1, 201))
+    assert [message.text() for message in got] == [f"p{i}" for i in range(200)] + ["last"]
+    assert {message.sender for message in got} == {a.peer_id}
+    assert drain(b) == []
+    assert not [t for t in threading.enumerate() if t.name == "axl-client-stream"]
+
+
+def test_a_blocking_stream_raises_what_send_raises_and_goes_on(pair):
+    a, b = pair
+    with Client(a.url) as client, client.stream() as stream:
+        with pytest.raises(BridgeError) as too_large:
+            stream.send(b.peer_id, bytes(LIMIT + 1))
+        with pytest.raises(BridgeError) as bad_peer:
+            stream.start_send("not-a-key", b"x")
+        refused = stream.start_send(b.peer_id, bytes(LIMIT + 1))
+        assert stream.send(b.peer_id, b"after the failures") == Ack(3)
+        with pytest.raises(BridgeError) as later:
+            refused.result(30)
+    assert too_large.value.status == later.value.status == 413
+    assert bad_peer.value.status == 400
+    assert drain(b) == [b"after the failures"]
+
+
+def test_a_blocking_stream_left_by_an_exception_gives_its_message_back(pair):
+    a, b = pair
+    for i in range(3):
+        assert a.send(b.peer_id, b"r%d" % i)[0] == 200
+    with Client(b.url) as client:
+        with pytest.raises(RuntimeError):
+            with client.stream(receive=True, window=4) as stream:
+                for message in stream.messages():
+                    if message.body == b"r1":
+                        raise RuntimeError("the handler failed on r1")
+        with pytest.raises(BridgeError) as refused:
+            with client.stream(receive=True), client.stream(receive=True):
+                pass
+        assert [client.recv(5).body for _ in range(2)] == [b"r1", b"r2"]
+    assert refused.value.status == 409
+
+
+def test_a_blocking_stream_to_no_node_is_bridge_unreachable():
+    with pytest.raises(BridgeUnreachable):
+        with Client(f"http://127.0.0.1:{free_port()}").stream():
+            pass
+    assert not [t for t in threading.enumerate() if t.name == "axl-client-stream"]
+
+
+def test_closing_a_blocking_stream_ends_a_wait_for_messages_in_another_thread(pair):
+    _, b = pair
+    drain(b)
+    ended = threading.Event()
+    with Client(b.url) as client:
+        stream = client.stream(receive=True)
+        stream.open()
+
+        def consume() -> None:
+            for _ in stream.messages():
+                pass
+            ended.set()
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        time.sleep(0.3)
+        assert not ended.is_set()
+        stream.close()
+        consumer.join(10)
+        assert ended.is_set()
 
 
 class CountingBridge:
