@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from axl.node.msgstream import (
+    BODY_BATCH_BYTES,
     STATUS_QUEUED,
     STATUS_REFUSED,
     STATUS_TOO_LARGE,
@@ -247,6 +248,27 @@ def test_a_body_written_as_it_arrives_goes_out_whole_and_holds_back_later_messag
     assert events[1:] == [Message(1, b"before"), Message(seq, b"a" * 100_000 + b"b" * 200_000),
                           Message(3, b"after")]
     assert sender.payload_of(seq) == b"a" * 100_000 + b"b" * 200_000
+
+
+def test_a_body_arriving_in_small_parts_goes_out_in_segment_sized_batches() -> None:
+    """4 KiB parts would each make a segment of their own: they wait until
+    BODY_BATCH_BYTES have come, and the rest goes when the body is whole."""
+    sender = StreamSender(session_id=6)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=1 << 20)
+    wire = sender.start_connection()
+    seq = sender.open(100 * 4096)
+    header = sender.take_output()
+    outputs = []
+    for index in range(100):
+        sender.write(bytes([index]) * 4096)
+        while output := sender.take_output():
+            outputs.append(output)
+    sender.close()
+    last = sender.take_output()
+    assert [len(output) for output in outputs] == [BODY_BATCH_BYTES] * (100 * 4096 // BODY_BATCH_BYTES)
+    assert len(last) == 100 * 4096 % BODY_BATCH_BYTES
+    events = feed(receiver, wire + header + b"".join(outputs) + last)
+    assert events[1:] == [Message(seq, b"".join(bytes([index]) * 4096 for index in range(100)))]
 
 
 def test_after_a_reconnection_an_open_body_is_gathered_and_sent_whole() -> None:

@@ -51,6 +51,10 @@ MAX_SESSIONS = 1024
 # A payload from this size on is written as it is, after its own header,
 # instead of being copied into one frame (a 16 MiB copy per large message).
 SEPARATE_PAYLOAD = 64 * 1024
+# A body written as it arrives goes out once this much of it is waiting (about
+# a full TCP segment), or once it is whole: a client uploading in 4 KiB pieces
+# made a 4 KiB segment of each, at 15 times the CPU per MB of full ones.
+BODY_BATCH_BYTES = 64 * 1024
 
 
 class StreamError(DecodeError):
@@ -133,6 +137,9 @@ class StreamSender:
         self._open_on_wire = False
         self._buffer = bytearray()
         self._pending: list[bytes] = []
+        # parts of the open body written since the last BODY_BATCH_BYTES went out
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
 
     def submit(self, payload: bytes) -> int:
         """Queue one message; returns its sequence number. It goes out at once
@@ -170,14 +177,28 @@ class StreamSender:
         return body
 
     def write(self, part: bytes) -> None:
-        """The next part of the open message's body."""
+        """The next part of the open message's body; it goes out with the
+        others once BODY_BATCH_BYTES have come, or the body is whole."""
         self.body_so_far().parts.append(part)
         if self._open_on_wire:
-            self._pending.append(part)
+            self._batch.append(part)
+            self._batch_bytes += len(part)
+            if self._batch_bytes >= BODY_BATCH_BYTES:
+                self._send_batch()
+
+    def _send_batch(self) -> None:
+        self._pending += self._batch
+        self._drop_batch()
+
+    def _drop_batch(self) -> None:
+        self._batch = []
+        self._batch_bytes = 0
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
-        if not self._open_on_wire:
+        if self._open_on_wire:
+            self._send_batch()
+        else:
             body = self.body_so_far()
             self._pending += (_MESSAGE.pack(MESSAGE, self.open_seq, body.length), *body.parts)
         self.open_seq = None
@@ -191,6 +212,7 @@ class StreamSender:
         assert self.open_seq is not None
         del self.unacked[self.open_seq]
         self.open_seq = None
+        self._drop_batch()
         self._release()
         return self._open_on_wire
 
@@ -233,6 +255,7 @@ class StreamSender:
                 break
             if seq == self.open_seq:
                 self._open_on_wire = False  # sent whole once its body is
+                self._drop_batch()
                 break
             if isinstance(payload, StreamedBody):
                 parts.append(_MESSAGE.pack(MESSAGE, seq, payload.length))

@@ -185,8 +185,9 @@ class Node:
 
     def open_body(self, dest_key: bytes, length: int) -> tuple[int, asyncio.Future] | None:
         """Start a send of `length` bytes whose body is still arriving: its
-        parts go out as `write_body` gives them, so a large message crosses
-        the overlay while its client is still uploading it. Returns the send's
+        parts go out as `write_body` gives them (64 KiB at a time), so a
+        large message crosses the overlay while its client is still
+        uploading it. Returns the send's
         handle and the future of its fate (as `start_send`'s), or None when
         it cannot start before the body is whole (no message stream to
         `dest_key` yet, or one such send already under way there)."""
