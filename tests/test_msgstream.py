@@ -259,13 +259,16 @@ def test_a_body_arriving_in_small_parts_goes_out_in_segment_sized_batches() -> N
     seq = sender.open(100 * 4096)
     header = sender.take_output()
     outputs = []
+    ready = []
     for index in range(100):
-        sender.write(bytes([index]) * 4096)
+        ready.append(sender.write(bytes([index]) * 4096))
         while output := sender.take_output():
             outputs.append(output)
     sender.close()
     last = sender.take_output()
     assert [len(output) for output in outputs] == [BODY_BATCH_BYTES] * (100 * 4096 // BODY_BATCH_BYTES)
+    per_batch = BODY_BATCH_BYTES // 4096
+    assert ready == [(index + 1) % per_batch == 0 for index in range(100)]  # True: output to take
     assert len(last) == 100 * 4096 % BODY_BATCH_BYTES
     events = feed(receiver, wire + header + b"".join(outputs) + last)
     assert events[1:] == [Message(seq, b"".join(bytes([index]) * 4096 for index in range(100)))]

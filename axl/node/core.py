@@ -127,8 +127,9 @@ class NodeCore:
         body is whole. Nothing leaves until `flush()` or any other call."""
         return self.messages.open_body(dest_key, length, now)
 
-    def write_body(self, handle: int, part: bytes) -> None:
-        self.messages.streams.write_body(handle, part)
+    def write_body(self, handle: int, part: bytes) -> bool:
+        """True when the part made output ready: `flush()` then sends it."""
+        return self.messages.streams.write_body(handle, part)
 
     def end_body(self, handle: int, now: float) -> None:
         self.messages.streams.end_body(handle, now)

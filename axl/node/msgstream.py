@@ -176,15 +176,19 @@ class StreamSender:
         assert isinstance(body, StreamedBody)
         return body
 
-    def write(self, part: bytes) -> None:
+    def write(self, part: bytes) -> bool:
         """The next part of the open message's body; it goes out with the
-        others once BODY_BATCH_BYTES have come, or the body is whole."""
+        others once BODY_BATCH_BYTES have come, or the body is whole.
+        True when a batch is ready to go (there is output to take)."""
         self.body_so_far().parts.append(part)
-        if self._open_on_wire:
-            self._batch.append(part)
-            self._batch_bytes += len(part)
-            if self._batch_bytes >= BODY_BATCH_BYTES:
-                self._send_batch()
+        if not self._open_on_wire:
+            return False
+        self._batch.append(part)
+        self._batch_bytes += len(part)
+        if self._batch_bytes < BODY_BATCH_BYTES:
+            return False
+        self._send_batch()
+        return True
 
     def _send_batch(self) -> None:
         self._pending += self._batch

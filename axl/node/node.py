@@ -198,8 +198,8 @@ class Node:
         return handle, self._future_for(handle)
 
     def write_body(self, handle: int, part: bytes) -> None:
-        self.core.write_body(handle, part)
-        self._flush_soon()
+        if self.core.write_body(handle, part):  # a part too small to go alone needs no flush
+            self._flush_soon()
 
     def end_body(self, handle: int) -> None:
         self.core.end_body(handle, time.monotonic())

@@ -204,13 +204,15 @@ class MessageStreams:
         self._bodies[handle] = link
         return handle
 
-    def write_body(self, handle: int, part: bytes) -> None:
-        """The next part of an open message; ignored once its fate is known."""
+    def write_body(self, handle: int, part: bytes) -> bool:
+        """The next part of an open message; ignored once its fate is known.
+        True when output is ready to go (a batch of the body)."""
         link = self._bodies.get(handle)
         if link is not None:
-            link.sender.write(part)
-        elif handle in self._gathering:
+            return link.sender.write(part)
+        if handle in self._gathering:
             self._gathering[handle][1].parts.append(part)
+        return False
 
     def end_body(self, handle: int, now: float) -> None:
         """The open message is whole."""
