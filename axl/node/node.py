@@ -187,10 +187,10 @@ class Node:
         """Start a send of `length` bytes whose body is still arriving: its
         parts go out as `write_body` gives them (64 KiB at a time), so a
         large message crosses the overlay while its client is still
-        uploading it. Returns the send's
-        handle and the future of its fate (as `start_send`'s), or None when
-        it cannot start before the body is whole (no message stream to
-        `dest_key` yet, or one such send already under way there)."""
+        uploading it. Returns the send's handle and the future of its fate
+        (as `start_send`'s), or None when it cannot start before the body is
+        whole (no message stream to `dest_key` yet, or one such send already
+        under way there)."""
         handle = self.core.open_body(dest_key, length, time.monotonic())
         if handle is None:
             return None
@@ -198,7 +198,7 @@ class Node:
         return handle, self._future_for(handle)
 
     def write_body(self, handle: int, part: bytes) -> None:
-        if self.core.write_body(handle, part):  # a part too small to go alone needs no flush
+        if self.core.write_body(handle, part):  # a part that completes no batch needs no flush
             self._flush_soon()
 
     def end_body(self, handle: int) -> None:
