@@ -444,25 +444,22 @@ class MessageStream:
         """
         if not self.receive:
             raise ValueError("open the stream with receive=True to take messages")
-        ws = self._open_socket()
         while True:
             self._handled()
-            if self._arrived.empty():
-                await self._send_done(ws)
-            message = await self._arrived.get()
-            if message is None:
-                self._arrived.put_nowait(None)
-                if self._closing:
-                    return
-                raise self._ended or BridgeError(None, "the /ws connection closed", self.url)
-            self._handed_out = message.id
-            yield message
+            batch = await self.arrivals(())
+            if not batch:
+                return
+            for message in batch:
+                self._handled()
+                self._handed_out = message.id
+                yield message
 
     async def arrivals(self, handled: Sequence[int]) -> list[Message]:
         """Mark ``handled`` done, then wait for the messages that have arrived:
         all those queued (at least one), none of them marked done; [] once the
-        stream is closed. For takers that hand messages out themselves, a
-        batch at a time (``BlockingMessageStream``)."""
+        stream is closed (raises ``BridgeError`` if the connection was lost).
+        ``messages()`` hands them out one by one; ``BlockingMessageStream``
+        takes each batch across threads in one go."""
         ws = self._open_socket()
         self._done.extend(handled)
         if self._arrived.empty():
