@@ -5,7 +5,7 @@ ratio compares the node with what that loop and this machine can do at all:
 
     python -m axl.bench.baselines tls-sink          # prints its port, reads one stream
     python -m axl.bench.baselines tls-source PORT N # sends N bytes, prints seconds
-    python -m axl.bench.baselines noop-http         # prints its port, serves POST /
+    python -m axl.bench.baselines noop-http         # prints its port, serves POST /, /send, GET /recv
 """
 
 from __future__ import annotations
@@ -75,14 +75,30 @@ async def tls_source(port: int, total: int) -> None:
 
 async def noop_http() -> None:
     """An aiohttp server whose handler reads the body and answers 200: the
-    ceiling for request rates any aiohttp bridge can reach on this loop."""
+    ceiling for request rates any aiohttp bridge can reach on this loop.
+
+    It also answers `POST /send` and `GET /recv` as a node would when the
+    overlay cost nothing (200 and `X-Sent-Bytes`; a 1 KiB message with
+    `X-From-Peer-Id`), so the bench can time its own /send + /recv probe
+    against a server that does no work."""
+    message = bytes(1024)
 
     async def handle(request: web.Request) -> web.Response:
         await request.read()
         return web.Response(status=200)
 
+    async def send(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.Response(status=200, headers={"X-Sent-Bytes": str(len(body))})
+
+    async def recv(request: web.Request) -> web.Response:
+        return web.Response(body=message, content_type="application/octet-stream",
+                            headers={"X-From-Peer-Id": "00" * 32})
+
     app = web.Application(client_max_size=32 * 1024 * 1024)
     app.router.add_post("/", handle)
+    app.router.add_post("/send", send)
+    app.router.add_get("/recv", recv)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, LOOPBACK, 0)

@@ -92,7 +92,7 @@ class LoopBench:
                     node.stop()
         for _ in range(BASELINE_TRIES):
             await self._phase("raw TLS baseline", self._raw_tls())
-            await self._phase("no-op HTTP baseline", self._noop_rate())
+            await self._phase("no-op HTTP baseline", self._noop_rates())
         self._ratios()
         return self.figures
 
@@ -335,26 +335,67 @@ class LoopBench:
         rate = result["bytes"] / result["seconds"] / MB
         self.figures["raw_tls_mbps"] = max(rate, self.figures.get("raw_tls_mbps", 0.0))
 
-    async def _noop_rate(self) -> None:
+    async def _noop_rates(self) -> None:
+        """The no-op server's rate for single requests, then for the small
+        messages phase's /send + /recv pairs: what the bench's client and
+        aiohttp reach when the node's own work costs nothing."""
         server, port = await self._child("noop-http")
-        url = f"http://{LOOPBACK}:{port}/"
+        url = f"http://{LOOPBACK}:{port}"
+        try:
+            async with aiohttp.ClientSession() as http:
+                rate, cpu = await self._timed(server.pid, self._noop_requests(http, url + "/"))
+                if rate > self.figures.get("noop_req_per_s", 0.0):
+                    self.figures.update(noop_req_per_s=rate, noop_cpu_server_ms=cpu[0],
+                                        noop_cpu_client_ms=cpu[1])
+                rate, _ = await self._timed(server.pid, self._noop_pairs(http, url))
+                self.figures["noop_pairs_per_s"] = max(rate, self.figures.get("noop_pairs_per_s", 0.0))
+        finally:
+            server.terminate()
+            await server.wait()
+
+    async def _timed(self, pid: int, work) -> tuple[float, tuple[float, float]]:
+        """`small_count` operations per second, and the CPU ms per operation
+        of process `pid` and of this one."""
+        count = self.sizes.small_count
+        cpu_before = (cpu_seconds(pid), time.process_time())
+        start = time.perf_counter()
+        await work
+        rate = count / (time.perf_counter() - start)
+        server, client = (after - before for before, after in zip(
+            cpu_before, (cpu_seconds(pid), time.process_time())))
+        return rate, (server / count * 1000, client / count * 1000)
+
+    async def _noop_requests(self, http: aiohttp.ClientSession, url: str) -> None:
         body = bytes(self.sizes.small_size)
         remaining = iter(range(self.sizes.small_count))
 
-        async def sender(http: aiohttp.ClientSession) -> None:
+        async def sender() -> None:
             for _ in remaining:
                 async with http.post(url, data=body) as resp:
                     await resp.read()
 
-        try:
-            async with aiohttp.ClientSession() as http:
-                start = time.perf_counter()
-                await asyncio.gather(*(sender(http) for _ in range(self.sizes.small_senders)))
-                rate = self.sizes.small_count / (time.perf_counter() - start)
-                self.figures["noop_req_per_s"] = max(rate, self.figures.get("noop_req_per_s", 0.0))
-        finally:
-            server.terminate()
-            await server.wait()
+        await asyncio.gather(*(sender() for _ in range(self.sizes.small_senders)))
+
+    async def _noop_pairs(self, http: aiohttp.ClientSession, url: str) -> None:
+        """The small messages phase's requests, made the same way, to a server
+        that answers /send and /recv at once."""
+        body = bytes(self.sizes.small_size)
+        sends = iter(range(self.sizes.small_count))
+        receipts = iter(range(self.sizes.small_count))
+        headers = {SEND_HEADER: "00" * 32}
+
+        async def sender() -> None:
+            for _ in sends:
+                async with http.post(url + "/send", data=body, headers=headers) as resp:
+                    await resp.read()
+
+        async def receiver() -> None:
+            for _ in receipts:
+                async with http.get(f"{url}/recv?wait={RECV_WAIT:g}") as resp:
+                    await resp.read()
+
+        await asyncio.gather(*(sender() for _ in range(self.sizes.small_senders)),
+                             *(receiver() for _ in range(self.sizes.small_receivers)))
 
     async def _child(self, *args: str) -> tuple[asyncio.subprocess.Process, object]:
         """Start a baseline child and read the JSON line it announces."""
@@ -372,6 +413,7 @@ class LoopBench:
         fig["bulk3_ratio_1hop"] = fig["bulk3_mbps"] / fig["bulk1_mbps"]
         fig["bulk3_ratio_tls"] = fig["bulk3_mbps"] / fig["raw_tls_mbps"]
         fig["small_ratio_noop"] = fig["small_msgs_per_s"] / fig["noop_req_per_s"]
+        fig["noop_pairs_ratio_noop"] = fig["noop_pairs_per_s"] / fig["noop_req_per_s"]
         fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
 
     # -- HTTP helpers --------------------------------------------------------
