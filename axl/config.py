@@ -8,6 +8,7 @@ stops start-up with a one-line `ConfigError` naming the field.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
@@ -97,6 +98,9 @@ _MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Liste
 _BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr"}
 _BRIDGE_BOOL_FIELDS = {"message_streams"}
 _PORT_FIELDS = {"api_port", "tcp_port", "message_stream_port", "router_port", "a2a_port"}
+# The port field that goes with each base URL field.
+_URL_PORTS = {"router_addr": "router_port", "a2a_addr": "a2a_port"}
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?")
 
 
 def _bridge_fields() -> dict[str, tuple[str, type]]:
@@ -137,16 +141,44 @@ def _check_value(name: str, value: object) -> None:
         raise ConfigError(f"{name}: {value} is not a port number")
     if isinstance(value, int) and value < 0:
         raise ConfigError(f"{name}: must not be negative")
-    if name in ("router_addr", "a2a_addr") and value:
-        parts = urlsplit(str(value))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{name}: expected a URL with scheme, e.g. http://127.0.0.1")
+    if name in _URL_PORTS and value:
+        _check_base_url(name, str(value))
+    if name == "bridge_addr" and value:
+        _check_host(name, str(value))
     if name == "PrivateKey" and value:
         _identity_from_hex(str(value))
     if name == "AllowedPublicKeys":
         for key in value:  # type: ignore[union-attr]
             if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
                 raise ConfigError(f"AllowedPublicKeys: {key!r} is not a 64-char hex key")
+
+
+def _check_base_url(name: str, value: str) -> None:
+    """Scheme and host only: the node appends `:{port}` (and `/route`) itself,
+    so a port, path or query here would make a URL that cannot work."""
+    example = f"e.g. http://127.0.0.1 (the port goes in {_URL_PORTS[name]})"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{name}: {value!r} is not a URL; expected scheme and host, {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name}: expected a URL with scheme, {example}")
+    if port is not None or parts.path or parts.query or parts.fragment or parts.username is not None:
+        raise ConfigError(f"{name}: {value!r} has more than scheme and host; expected {example}")
+    _check_host(name, parts.hostname)
+
+
+def _check_host(name: str, host: str) -> None:
+    """An IP address or a DNS host name; anything else fails only when the
+    node binds or connects, with an error that no longer names the field."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host):
+        raise ConfigError(f"{name}: {host!r} is not an IP address or host name (e.g. 127.0.0.1)")
 
 
 def _edit_distance(a: str, b: str) -> int:
@@ -246,8 +278,8 @@ def config_from_dict(raw: dict) -> NodeConfig:
             continue
         _check_kind(name, value, kind)
         _check_value(name, value)
-        if kind is int and value == 0:
-            continue  # Go's rule: a zero value keeps the default
+        if value == 0 and kind is int or value == "" and name == "bridge_addr":
+            continue  # Go's rule: a zero value keeps the default (never "every interface")
         setattr(config, attr, [v.lower() for v in value] if name == "AllowedPublicKeys" else value)
     if config.message_streams and config.message_stream_port == config.tcp_port:
         raise ConfigError(f"message_stream_port: must differ from tcp_port ({config.tcp_port}), "
@@ -257,9 +289,11 @@ def config_from_dict(raw: dict) -> NodeConfig:
 
 def load_config(path: str | Path) -> NodeConfig:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start} is not)") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -81,6 +81,11 @@ def test_unknown_fields_far_from_known_ones_stay_accepted(extra):
     ({"Peers": [1]}, "Peers"),
     ({"max_message_size": -1}, "max_message_size"),
     ({"router_addr": "127.0.0.1"}, "router_addr"),
+    ({"router_addr": "http://127.0.0.1:9003"}, "router_port"),
+    ({"router_addr": "http://127.0.0.1/route"}, "router_addr"),
+    ({"a2a_addr": "http://a b"}, "a2a_addr"),
+    ({"a2a_addr": "http://127.0.0.1:x"}, "a2a_addr"),
+    ({"bridge_addr": "not an ip"}, "bridge_addr"),
     ({"AllowedPublicKeys": ["abc"]}, "AllowedPublicKeys"),
     ({"PrivateKey": "zz"}, "PrivateKey"),
 ])
@@ -89,9 +94,25 @@ def test_bad_fields_name_the_field(raw, field):
         config_from_dict(raw)
 
 
+def test_base_urls_and_hosts_that_work_are_accepted():
+    config = config_from_dict({"router_addr": "https://tools.example", "a2a_addr": "http://[::1]",
+                               "bridge_addr": "::1"})
+    assert config.router_url == "https://tools.example:9003"
+    assert config.a2a_url == "http://[::1]:9004"
+    assert config_from_dict({"bridge_addr": "localhost"}).bridge_addr == "localhost"
+
+
+def test_empty_bridge_addr_keeps_loopback_as_go_keeps_zero_values():
+    assert config_from_dict({"bridge_addr": ""}).bridge_addr == "127.0.0.1"
+
+
 def test_unreadable_and_unparsable_files(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "none.json")
+    not_text = tmp_path / "latin1.json"
+    not_text.write_bytes(b'\xff\xfe{"api_port": 1}')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(not_text)
     with pytest.raises(ConfigError, match="not valid JSON"):
         load_config(write(tmp_path, "{nope"))
     with pytest.raises(ConfigError, match="JSON object"):
@@ -115,6 +136,9 @@ def run_cli(*args, cwd=None):
     ('{"Peer": ["tls://127.0.0.1:9001"]}', 'did you mean "Peers"'),
     ('{"Peers": ["ftp://h:1"]}', "Peers"),
     ('{"PrivateKeyPath": "/nonexistent/key.pem"}', "PrivateKeyPath"),
+    ('{"Peers": ["tls://exa mple:1"]}', "Peers[0]: bad host"),
+    ('{"Peers": ["tls://127.0.0.1:0"]}', "Peers[0]: port 0"),
+    ('{"bridge_addr": "not an ip"}', "bridge_addr"),
 ])
 def test_cli_bad_config_exits_2_with_one_line(tmp_path, content, needle):
     result = run_cli("-config", str(write(tmp_path, content)))

@@ -16,7 +16,7 @@ from axl.identity import NodeIdentity
 from axl.link import socks
 from axl.link.connection import LinkSettings
 from axl.link.transports import listen
-from axl.link.uri import URIError, parse_peer_uri
+from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
 
 
 def _exchange(case: str) -> dict[str, bytes]:
@@ -77,11 +77,11 @@ async def test_unix_listener_refuses_a_stale_socket_and_removes_its_own(tmp_path
 
 async def test_listen_refuses_wss_with_gos_reason() -> None:
     with pytest.raises(URIError, match="reverse proxy"):
-        await listen(parse_peer_uri("wss://127.0.0.1:0"), asyncio.Protocol, _settings())
+        await listen(PeerURI("wss", "127.0.0.1", 0), asyncio.Protocol, _settings())
 
 
 async def test_ws_listener_health_and_subprotocol() -> None:
-    listener = await listen(parse_peer_uri("ws://127.0.0.1:0"), asyncio.Protocol, _settings())
+    listener = await listen(parse_listen_uri("ws://127.0.0.1:0"), asyncio.Protocol, _settings())
     base = f"http://127.0.0.1:{listener.port}"
     try:
         async with aiohttp.ClientSession() as http:
@@ -135,7 +135,7 @@ async def test_quic_writer_waits_for_acknowledgements_instead_of_buffering() -> 
     from axl.link import quic
 
     received = bytearray()
-    listener = await listen(parse_peer_uri("quic://127.0.0.1:0"), lambda: _Sink(received), _settings())
+    listener = await listen(parse_listen_uri("quic://127.0.0.1:0"), lambda: _Sink(received), _settings())
     source = await quic.dial(parse_peer_uri(f"quic://127.0.0.1:{listener.port}"), _Source, _settings())
     link = source.transport._carrier._link  # the QUIC connection under the stream transport
     stream_id = source.transport._carrier._stream_id

@@ -11,8 +11,8 @@ KEY = "0787642c80824c490c246cf80b88ed44cdfd44ca92586962f551542f8144c019"
 
 def test_plain_tls_and_tcp() -> None:
     assert parse_peer_uri("tls://example.org:9001") == PeerURI("tls", "example.org", 9001)
-    uri = parse_peer_uri("tcp://127.0.0.1:0")
-    assert (uri.scheme, uri.host, uri.port, uri.is_tls) == ("tcp", "127.0.0.1", 0, False)
+    uri = parse_peer_uri("tcp://127.0.0.1:9001")
+    assert (uri.scheme, uri.host, uri.port, uri.is_tls) == ("tcp", "127.0.0.1", 9001, False)
 
 
 def test_all_options() -> None:
@@ -68,6 +68,10 @@ def test_canonical_form_drops_defaults() -> None:
     ("tls://h", "missing port"),
     ("tls://:1", "missing host"),
     ("tls://h:99999", "bad URI"),
+    ("tls://h:-5", "port must be a number"),
+    ("tls://::1:9001", "IPv6 address goes in brackets"),
+    ("tls://h:0", "port 0"),
+    ("tls://exa mple:1", "bad host"),
     ("tls://h:1?key=abc", "bad key"),
     ("tls://h:1?key=" + "zz" * 32, "bad key"),
     ("tls://h:1?priority=256", "bad priority"),
@@ -127,3 +131,10 @@ def test_listen_refuses_what_go_refuses(scheme: str, reason: str) -> None:
     with pytest.raises(URIError, match=reason):
         parse_listen_uri(f"{scheme}://h:1/t:2")
     assert parse_listen_uri("ws://h:1").scheme == "ws"
+
+
+def test_listen_port_0_lets_the_system_choose_but_a_peer_needs_a_port() -> None:
+    assert parse_listen_uri("tls://127.0.0.1:0").port == 0
+    with pytest.raises(URIError, match="port 0"):
+        parse_peer_uri("tls://127.0.0.1:0")
+    assert parse_peer_uri("unix:///tmp/node.sock").path == "/tmp/node.sock"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -38,12 +39,15 @@ class BridgeServer:
     async def start(self) -> None:
         """Bind and serve; an address in use raises OSError."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: BridgeConnection(self._door),
-            self.config.bridge_addr, self.config.api_port, reuse_address=True,
-        )
+        host, port = self.config.bridge_addr, self.config.api_port
+        try:
+            self._server = await loop.create_server(
+                lambda: BridgeConnection(self._door), host, port, reuse_address=True)
+        except socket.gaierror as exc:
+            raise OSError(f"bridge_addr {host!r}: {exc.strerror}") from None
         self.observatory.start()
-        log.info("bridge listening on http://%s:%d", self.config.bridge_addr, self.config.api_port)
+        shown = f"[{host}]" if ":" in host else host
+        log.info("bridge listening on http://%s:%d", shown, port)
 
     def _full_application(self) -> asyncio.Future[ProtocolFactory]:
         """The full application's protocol factory, started on the first call."""

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.protocol import HANDSHAKE_TIMEOUT
 from axl.link.queue import DEFAULT_BYTE_CAP
 from axl.link.transports import Listener, dial, listen
-from axl.link.uri import PeerURI, URIError, parse_peer_uri
+from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
 from axl.tasks import start_task
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
@@ -68,8 +69,8 @@ class _Backoff:
         self.failures = 0
 
 
-def _as_uri(uri: str | PeerURI) -> PeerURI:
-    return uri if isinstance(uri, PeerURI) else parse_peer_uri(uri)
+def _as_uri(uri: str | PeerURI, parse: Callable[[str], PeerURI] = parse_peer_uri) -> PeerURI:
+    return uri if isinstance(uri, PeerURI) else parse(uri)
 
 
 class LinkManager:
@@ -113,7 +114,7 @@ class LinkManager:
 
     async def start(self, listen_uris: list[str | PeerURI]) -> None:
         """Bind every listener; a bind failure raises OSError to the caller."""
-        for uri in map(_as_uri, listen_uris):
+        for uri in (_as_uri(text, parse_listen_uri) for text in listen_uris):
             server = await listen(uri, lambda uri=uri: self._accept(uri), self._settings)
             self._servers.append((uri, server))
             self.log.info("listening on %s", self._bound_uri(uri, server))

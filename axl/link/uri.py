@@ -195,10 +195,16 @@ def _address(text: str, scheme: str, parts) -> tuple[str, int, str]:  # type: ig
         return "", 0, unquote(parts.path)
     try:
         port = parts.port
-    except ValueError as exc:
-        raise URIError(f"bad URI {text!r}: {exc}") from None
+    except ValueError:
+        host_port = parts.netloc.rpartition("@")[2]
+        if host_port.count(":") > 1 and "[" not in host_port:
+            raise URIError(f"bad URI {text!r}: an IPv6 address goes in brackets, "
+                           f"e.g. {scheme}://[::1]:9001") from None
+        raise URIError(f"bad URI {text!r}: the port must be a number 0..65535") from None
     if not parts.hostname:
         raise URIError(f"missing host in {text!r}")
+    if any(c.isspace() or not c.isprintable() for c in parts.hostname):
+        raise URIError(f"bad host {parts.hostname!r} in {text!r}")
     if port is None:
         raise URIError(f"missing port in {text!r}")
     if scheme in ("socks", "sockstls"):
@@ -207,7 +213,14 @@ def _address(text: str, scheme: str, parts) -> tuple[str, int, str]:  # type: ig
 
 
 def parse_peer_uri(text: str) -> PeerURI:
-    """Parse any Yggdrasil link URI with its query options."""
+    """Parse any Yggdrasil link URI with its query options, to dial."""
+    uri = _parse_uri(text)
+    if uri.port == 0 and uri.scheme != "unix":
+        raise URIError(f"port 0 in {text!r}: a peer is dialled on its real port")
+    return uri
+
+
+def _parse_uri(text: str) -> PeerURI:
     try:
         parts = urlsplit(text.strip())
     except ValueError as exc:
@@ -238,8 +251,8 @@ def parse_peer_uri(text: str) -> PeerURI:
 
 
 def parse_listen_uri(text: str) -> PeerURI:
-    """A listen URI: any scheme a node can listen on."""
-    uri = parse_peer_uri(text)
+    """A listen URI: any scheme a node can listen on (port 0: the system picks one)."""
+    uri = _parse_uri(text)
     if uri.scheme in LISTEN_REFUSALS:
         raise URIError(LISTEN_REFUSALS[uri.scheme])
     return uri
