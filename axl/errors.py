@@ -25,6 +25,15 @@ class MessageTooLarge(DeliveryError):
     """The payload exceeds max_message_size (HTTP 413)."""
 
 
+def never_connected(dest: str, how: str) -> PeerUnreachable:
+    """The overlay connection to `dest` never opened (`how`: "timed out" or
+    "reset: ..."). Silence is not a refusal: it says the peer is away."""
+    if how == "timed out":
+        return PeerUnreachable(f"{dest} did not answer (timed out): it is offline, "
+                               f"not in this network, or the id is wrong")
+    return PeerUnreachable(f"{dest} refused the connection ({how})")
+
+
 STATUS_FOR_ERROR: list[tuple[type[DeliveryError], int]] = [
     (MessageTooLarge, 413),
     (PeerUnreachable, 502),

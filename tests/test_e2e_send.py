@@ -74,6 +74,7 @@ def test_unknown_peer_is_502_within_ten_seconds(line4):
     status, _, body = a.send("ab" * 32, b"anyone there?", timeout=30)
     assert status == 502, body
     assert time.monotonic() - started < 12
+    assert b"offline" in body and b"refused" not in body  # nobody refused: nobody answered
 
 
 def test_send_to_self(line4):

@@ -31,7 +31,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from axl.config import NodeConfig
-from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
+                        never_connected)
 from axl.identity import address_for_key, key_for_address_bytes
 from axl.node.deadlines import Deadlines
 from axl.node.events import Acknowledged, InboundMessage, MessageEvent, ReplyReceived, SendFailed
@@ -311,7 +312,7 @@ class MessageLayer:
     def _outbound_ended(self, stream: _Outbound, how: str) -> None:
         dest = stream.peer_key.hex()
         if not stream.connected:
-            error: DeliveryError = PeerUnreachable(f"{dest} refused the connection ({how})")
+            error: DeliveryError = never_connected(dest, how)
         elif stream.want_reply:
             error = DeliveryError(f"request to {dest} failed: {how}")
         else:

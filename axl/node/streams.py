@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
+from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
+                        never_connected)
 from axl.identity import address_for_key
 from axl.node.deadlines import Deadlines
 from axl.node.events import Acknowledged, InboundMessage, MessageEvent, SendFailed
@@ -349,7 +350,7 @@ class MessageStreams:
                 self._fallback(link.dest, link.sender.payload_of(seq), now, handle)
             return
         if not was_connected:
-            self._end_link(link, PeerUnreachable(f"{dest} refused the message stream ({how})"))
+            self._end_link(link, never_connected(dest, how))
             return
         if not link.sender.unacked:
             self._forget_link(link)
