@@ -114,6 +114,25 @@ def test_a_large_body_that_stalls_gets_408_and_what_left_of_it_never_arrives(clu
     assert b.recv(0)[0] == 204, "a partial body must never be delivered"
 
 
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /topology HTTP/9.9\r\n\r\n",
+    b"POST /send HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+    b"GET /topology HTTP/1.1\r\nX-Long: " + b"a" * 100_000 + b"\r\n\r\n",
+    b"GET /topology HTTP/1.1\r\nno colon here\r\n\r\n",
+], ids=["version", "length", "long-header", "no-colon"])
+def test_a_malformed_request_gets_400_and_one_log_line(cluster, request_bytes) -> None:
+    a, _ = cluster.nodes
+    before = a.log_path.read_text().count("\n")
+    with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
+        sock.sendall(request_bytes)
+        assert read_status(sock) == 400
+    wait_until(lambda: "malformed request" in a.log_path.read_text().split("\n", before)[-1], 5,
+               what="the malformed request logged")
+    logged = a.log_path.read_text().splitlines()[before:]
+    assert [line for line in logged if "malformed request" in line][0].count(" INFO ") == 1
+    assert "Traceback" not in "\n".join(logged) and not any(" ERROR " in line for line in logged)
+
+
 def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
     a, _ = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import ClientConnectionError, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.bridge import api
@@ -34,6 +35,22 @@ log = logging.getLogger("axl.bridge")
 HANDLER_STOP_TIMEOUT = 2.0
 """A stopping bridge cancels the handlers still running after this long (an
 event stream, an agent call); long polls and /ws end at once, on their own."""
+
+
+class MalformedRequestLine(logging.Filter):
+    """aiohttp logs a request it cannot parse as an ERROR with its traceback,
+    though the client was answered 400 and the node is fine. This makes it
+    one INFO line, so a local client cannot fill the log with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            what = record.getMessage().replace("Error handling", "malformed")
+            reason = " ".join(str(error.message).split())[:200]
+            record.msg, record.args = "%s, answered %d: %s", (what, error.code, reason)
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def response_for(answer: Answer) -> web.Response:
@@ -126,6 +143,9 @@ class FullApplication:
 
     async def start(self) -> Callable[[], asyncio.Protocol]:
         """Set up the runner; its protocol factory serves handed-over connections."""
+        server_log = logging.getLogger("aiohttp.server")
+        if not any(isinstance(known, MalformedRequestLine) for known in server_log.filters):
+            server_log.addFilter(MalformedRequestLine())
         await self._runner.setup()
         return self._runner.server
 
