@@ -147,7 +147,7 @@ async def run_all(urls: list[str], session: str, value: float, timeout: float, m
         results = await asyncio.gather(*(run_node(b, session, value, timeout, margin) for b in bridges))
     roots = [result for result in results if result.is_root]
     if len(roots) != 1:
-        raise RuntimeError(f"expected one root, found {len(roots)}: is the testnet converged?")
+        raise ValueError(f"expected one root, found {len(roots)}: is the testnet converged?")
     return roots[0]
 
 
@@ -170,6 +170,8 @@ def main() -> None:
         print(report(result))
     else:
         print(f"sent {result.aggregate.total:g} ({result.aggregate.count} nodes) to parent {result.position.parent}")
+        if result.aggregate.missing:
+            print("missing (no aggregate in time): " + ", ".join(result.aggregate.missing))
 
 
 async def _run_one(url: str, args: argparse.Namespace) -> NodeResult:

@@ -223,12 +223,34 @@ async def main_async(args: argparse.Namespace) -> None:
             await receive_tensors(bridge, args.count, args.timeout, out=sys.stdout)
             return
         if args.mode == "send":
-            array = random_array([int(n) for n in args.shape.split(",")], args.dtype, args.seed)
-            value = torch.from_numpy(array) if args.torch and torch is not None else array
+            array = random_array(args.shape, args.dtype, args.seed)
+            value = torch.from_numpy(array) if args.torch else array
             ack = await send_tensor(bridge, args.to, value, args.name, 0, args.timeout)
             print(f"sent {args.name} {array.dtype} {array.shape}: {ack.size} bytes, sha256 {ack.sha256[:16]} confirmed")
             return
         await bandwidth(bridge, args.to, args.max_size, args.factor, out=sys.stdout, progress=sys.stderr)
+
+
+def array_shape(text: str) -> list[int]:
+    """`--shape`: positive sizes separated by commas, e.g. 64,64."""
+    try:
+        shape = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not sizes separated by commas, e.g. 64,64") from None
+    if any(n <= 0 for n in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: every size must be positive")
+    return shape
+
+
+def numpy_dtype(text: str) -> str:
+    """`--dtype`: a numeric numpy dtype name, e.g. float32 or int8."""
+    try:
+        kind = np.dtype(text).kind
+    except TypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a numpy dtype (e.g. float32, int8)") from None
+    if kind not in "iubfc":
+        raise argparse.ArgumentTypeError(f"{text!r} is not a numeric dtype")
+    return text
 
 
 def main() -> None:
@@ -237,8 +259,8 @@ def main() -> None:
     add_bridge_arguments(parser)
     parser.add_argument("--to", help="destination peer id (send, bandwidth)")
     parser.add_argument("--to-node", type=int, help="destination: this node of the --testnet file")
-    parser.add_argument("--shape", default="4,4", help="array shape for send [4,4]")
-    parser.add_argument("--dtype", default="float32", help="numpy dtype for send [float32]")
+    parser.add_argument("--shape", type=array_shape, default="4,4", help="array shape for send [4,4]")
+    parser.add_argument("--dtype", type=numpy_dtype, default="float32", help="numpy dtype for send [float32]")
     parser.add_argument("--name", default="tensor")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--torch", action="store_true", help="send a torch tensor (needs torch)")
@@ -252,6 +274,8 @@ def main() -> None:
         args.to = testnet_node(args.testnet, args.to_node)["peer_id"]
     if args.mode != "recv" and not args.to:
         parser.error(f"{args.mode} needs --to PEER_ID or --to-node I")
+    if args.torch and torch is None:
+        parser.error("--torch needs torch installed (pip install torch)")
     run_main(main_async(args))
 
 

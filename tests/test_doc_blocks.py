@@ -61,8 +61,8 @@ SCENARIOS = [
     Scenario("README.md", (0,), RUN3, ("X-Sent-Bytes: 5", "X-From-Peer-Id", "hello")),
     Scenario("docs/operations.md", (0,), RUN3, ("X-Sent-Bytes: 5", "X-From-Peer-Id", "hello")),
     Scenario("README.md", (1,), TESTNET, ("total = 5 from 5 nodes", "MB/s", "delivery ratio         1.0000")),
-    Scenario("examples/mcp/README.md", (0, 1, 2), "", ("node B is ", '"name":"get_forecast"', "Lyon")),
-    Scenario("examples/a2a/README.md", (0, 1, 2, 3), "", ('"skills"', "TASK_STATE_COMPLETED", "Lyon")),
+    Scenario("examples/mcp/README.md", (0, 1, 2, 3), "", ("node B is ", '"name":"get_forecast"', "Lyon")),
+    Scenario("examples/a2a/README.md", (0, 1, 2, 3, 4), "", ('"skills"', "TASK_STATE_COMPLETED", "Lyon")),
 ]
 
 

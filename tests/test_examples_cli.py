@@ -78,3 +78,22 @@ def test_tensors_recv_says_what_it_waits_for(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"receiving on {node.url} as {node.peer_id}; waiting up to 60 s for a tensor" in result.stdout
     assert f"tensors.py send --to {node.peer_id}" in result.stdout
+
+
+@pytest.mark.parametrize("option, complaint", [
+    (["--dtype", "foo"], "'foo' is not a numpy dtype"),
+    (["--dtype", "object"], "'object' is not a numeric dtype"),
+    (["--shape", "a,b"], "is not sizes separated by commas"),
+    (["--shape", "4,0"], "every size must be positive"),
+])
+def test_tensors_bad_send_options_are_usage_errors(option, complaint):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "tensors.py"), "send", "--to", "ab" * 32, *option],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert complaint in result.stderr.strip().splitlines()[-1]
+
+
+def test_gossip_run_refuses_more_random_peers_than_there_are_nodes(tmp_path):
+    testnet = write_testnet(tmp_path / "testnet.json", [free_port() for _ in range(5)])
+    result = run_example("gossip_run", "--testnet", str(testnet), "--degree", "6")
+    assert result.returncode == 2 and "at most 4 gossip peers among 5 nodes" in result.stderr

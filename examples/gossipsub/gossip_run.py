@@ -119,6 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     urls = [node["bridge"] for node in load_testnet(args.testnet)]
+    if args.degree >= len(urls):
+        parser.error(f"--degree {args.degree}: at most {len(urls) - 1} gossip peers among {len(urls)} nodes")
     report = run_main(run(urls, args.messages, args.degree, args.interval, timeout=args.timeout, seed=args.seed,
                           progress=sys.stderr))
     peers = f"{args.degree} random gossip peers each" if args.degree else "overlay peers as gossip peers"

@@ -149,13 +149,15 @@ class Simulation:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="GossipSub on an in-memory network with a virtual clock.")
-    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=20, help="nodes in the simulation [20]")
     parser.add_argument("--degree", type=int, default=6, help="peers per node [6]")
-    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--messages", type=int, default=200, help="messages published [200]")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between publishes [0.02]")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the graph and the publishers [1]")
     parser.add_argument("--no-choke", action="store_true", help="plain GossipSub: push to every mesh peer")
     args = parser.parse_args()
+    if not 0 < args.degree < args.nodes:
+        parser.error(f"--degree {args.degree}: between 1 and {args.nodes - 1} with {args.nodes} nodes")
     config = SimConfig(nodes=args.nodes, degree=args.degree, messages=args.messages,
                        interval=args.interval, seed=args.seed, params=Params(choke=not args.no_choke))
     report = Simulation(config).run()
