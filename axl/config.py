@@ -100,7 +100,9 @@ _BRIDGE_BOOL_FIELDS = {"message_streams"}
 _PORT_FIELDS = {"api_port", "tcp_port", "message_stream_port", "router_port", "a2a_port"}
 # The port field that goes with each base URL field.
 _URL_PORTS = {"router_addr": "router_port", "a2a_addr": "a2a_port"}
-_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?")
+# Letters, digits, '_', '-' and dots: DNS names, and the service names of
+# container networks (which may hold '_').
+_HOST_NAME = re.compile(r"[\w-]+(\.[\w-]+)*\.?")
 
 
 def _bridge_fields() -> dict[str, tuple[str, type]]:

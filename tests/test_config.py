@@ -100,6 +100,7 @@ def test_base_urls_and_hosts_that_work_are_accepted():
     assert config.router_url == "https://tools.example:9003"
     assert config.a2a_url == "http://[::1]:9004"
     assert config_from_dict({"bridge_addr": "localhost"}).bridge_addr == "localhost"
+    assert config_from_dict({"router_addr": "http://mcp_router"}).router_url == "http://mcp_router:9003"
 
 
 def test_empty_bridge_addr_keeps_loopback_as_go_keeps_zero_values():
