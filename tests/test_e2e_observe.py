@@ -199,3 +199,23 @@ def test_event_stream_reports_a_peer_going_down_and_up(trio) -> None:
     finally:
         connection.close()
     wait_until(lambda: a.get_json("/health")["peers_up"] == 2, 20, what="c back")
+
+
+def test_a_send_refused_before_its_body_is_counted(trio) -> None:
+    """`Expect: 100-continue` over max_message_size gets 413 without the body
+    (curl's way for bodies over 1 MiB): counted like any refused /send."""
+    a, b, c = trio
+    before = scrape(b)
+    conn = http.client.HTTPConnection("127.0.0.1", b.api_port, timeout=10)
+    try:
+        conn.putrequest("POST", "/send")
+        conn.putheader("X-Destination-Peer-Id", c.peer_id)
+        conn.putheader("Content-Length", str(64 * 1024 * 1024))
+        conn.putheader("Expect", "100-continue")
+        conn.endheaders()
+        assert conn.getresponse().status == 413
+    finally:
+        conn.close()
+    after = scrape(b)
+    assert delta(before, after, "axl_messages_sent_total", status="413") == 1
+    assert value(after, "axl_destination_failures_total", peer=c.peer_id, status="413") == 1

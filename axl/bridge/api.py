@@ -144,6 +144,16 @@ def destination(node: BridgeNode, header: str) -> bytes | Answer:
         return text_answer(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
 
 
+def refused_before_body(node: BridgeNode, header: str) -> None:
+    """Count a /send refused with 413 on its declared length, before its body
+    was sent (`Expect: 100-continue`), as the sends refused after it are."""
+    try:
+        key: bytes | None = parse_peer_id(header.strip().lower())
+    except ValueError:
+        key = None
+    node.stats.send_finished(key, 0, 413, None, time.time())
+
+
 def record_send(node: BridgeNode, key: bytes, size: int, started: float,
                 error: BaseException | None) -> tuple[int, str | None]:
     """Count a send whose fate is known: its status and, unless 200, the error's text."""

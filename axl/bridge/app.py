@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientConnectionError, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -107,6 +107,20 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def send_expect(node: BridgeNode) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """/send's `Expect: 100-continue` handler: the shared one, with its early
+    413 counted like every other /send answer."""
+    early = refuse_oversized_early(node.max_message_size)
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        response = await early(request)
+        if response is not None and response.status == 413:
+            api.refused_before_body(node, request.headers.get(api.DEST_HEADER, ""))
+        return response
+
+    return expect
+
+
 def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
               observatory: Observatory) -> web.Application:
     config = node.config
@@ -117,7 +131,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
     track_streams(app)
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
-    app.router.add_post("/send", handle_send, expect_handler=refuse_oversized_early(node.max_message_size))
+    app.router.add_post("/send", handle_send, expect_handler=send_expect(node))
     app.router.add_get("/recv", handle_recv)
     app.router.add_get("/ws", handle_ws)
     add_observability(app, observatory)
