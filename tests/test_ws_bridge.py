@@ -182,7 +182,9 @@ def test_receiving_delivers_id_sender_payload_and_done_removes(clean) -> None:
         client = await WsClient.open(a, "?recv=1")
         try:
             got = [await client.delivery() for _ in range(3)]
-            await client.done(*[message_id for message_id, _, _ in got])
+            await client.ws.send_str(json.dumps({"done": []}))  # says nothing, breaks nothing
+            first = got[0][0]
+            await client.done(first, *[message_id for message_id, _, _ in got])  # twice in a frame: once
             assert (await asyncio.to_thread(b.send, a.peer_id, b"later"))[0] == 200
             got.append(await client.delivery())
             await client.done(got[-1][0])
@@ -357,3 +359,14 @@ def test_a_sender_that_outruns_delivery_is_held_back(clean) -> None:
         sock.close()
     assert written < count
     assert a.get_json("/health")["status"] == "ok"
+
+
+def test_a_refused_upgrade_leaves_nothing_for_shutdown_to_trip_on(tmp_path) -> None:
+    """A plain GET /ws (no upgrade) is answered 400; stopping the node after
+    it must not log a traceback from closing a socket that never opened."""
+    node = Cluster(tmp_path).add("solo")
+    node.start()
+    assert node.request("GET", "/ws", timeout=10)[0] == 400
+    assert node.stop() == 0
+    log = node.log_path.read_text()
+    assert "Traceback" not in log and "never retrieved" not in log

@@ -81,16 +81,17 @@ def parse_window(text: str | None) -> int:
 
 
 def parse_done(text: str) -> list[int]:
-    """The ids of a `{"done": id}` or `{"done": [id, ...]}` text frame."""
+    """The ids of a `{"done": id}` or `{"done": [id, ...]}` text frame, each
+    once (an empty list says nothing, and is no violation)."""
     try:
         message = json.loads(text)
     except ValueError:
         raise ProtocolViolation("text frame is not JSON") from None
     done = message.get("done") if isinstance(message, dict) else None
     ids = done if isinstance(done, list) else [done]
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise ProtocolViolation('expected {"done": id} or {"done": [id, ...]}')
-    return ids
+    return list(dict.fromkeys(ids))
 
 
 def delivery_frame(message: QueuedMessage) -> bytes:
@@ -379,6 +380,8 @@ async def _close_streams(app: web.Application) -> None:
 
 
 async def _close_one(ws: web.WebSocketResponse) -> None:
+    if not ws.prepared:
+        return  # its upgrade was refused (a plain GET /ws): nothing to close
     try:
         await asyncio.wait_for(ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping"),
                                STOP_CLOSE_TIMEOUT)
