@@ -30,6 +30,11 @@ class BodyTimeout(Exception):
     """The client did not deliver its whole body in time (a slow-loris upload)."""
 
 
+class ClientLeft(ConnectionResetError):
+    """The client closed its connection before its body was whole: nobody is
+    left to answer, and nothing of the request happened."""
+
+
 async def read_limited_body(request: web.Request, limit: int, timeout: float) -> bytes:
     """Read at most `limit` bytes within `timeout` seconds, or raise MessageTooLarge.
 
@@ -66,6 +71,12 @@ async def read_limited_body(request: web.Request, limit: int, timeout: float) ->
         if declared is not None and declared > limit or size > limit:
             raise MessageTooLarge(f"payload exceeds max_message_size {limit}") from None
         raise BodyTimeout(f"request body not received within {timeout:g}s") from None
+    except (ConnectionError, RuntimeError):
+        # aiohttp's stream raises ConnectionResetError when the client leaves
+        # mid-body, or RuntimeError("Connection closed.") when it left first
+        if request.transport is None or request.transport.is_closing():
+            raise ClientLeft("the client left before its body was whole") from None
+        raise
     return b"".join(chunks)
 
 
@@ -114,6 +125,8 @@ async def answer_and_close(request: web.Request, response: web.Response) -> web.
     its lingering time, which is exactly what a 2 GiB upload must not get.
     """
     response.force_close()
+    if request.transport is None or request.transport.is_closing():
+        return response  # the client left: aiohttp drops the answer quietly
     await response.prepare(request)
     await response.write_eof()
     if request.transport is not None:

@@ -200,3 +200,21 @@ def test_allowed_public_keys_refuse_strangers(tmp_path) -> None:
     finally:
         cluster.stop_all()
 
+
+
+def test_clients_that_leave_mid_body_leave_no_traceback(tmp_path) -> None:
+    """Chunked bodies go to the full application; a client that closes before
+    the body ends (the first one while that application is still loading)
+    is nobody to answer, and nothing to log as an error."""
+    node = Cluster(tmp_path).add("solo")
+    node.start()
+    peer = b"ab" * 32
+    for path in [b"/send", b"/send", b"/mcp/" + peer + b"/svc", b"/a2a/" + peer]:
+        with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
+            sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + peer
+                         + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\"")
+        time.sleep(0.3)
+    assert node.request("GET", "/health", timeout=10)[0] == 200
+    assert node.stop() == 0
+    log = node.log_path.read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]

@@ -34,7 +34,7 @@ from axl.adapters.jsonrpc import (
     rekeyed,
 )
 from axl.errors import DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull
-from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
+from axl.httpbody import BodyTimeout, ClientLeft, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.identity import parse_peer_id
 from axl.wire import DecodeError, KEY_SIZE
 
@@ -105,13 +105,16 @@ class _BodyRefused(Exception):
 
 
 async def _read_body(request: web.Request, settings: AgentBridgeSettings) -> bytes:
-    """The request body, or _BodyRefused (413 over the limit, 408 when it trickles)."""
+    """The request body, or _BodyRefused (413 over the limit, 408 when it
+    trickles, 400 for nobody when the client left mid-body)."""
     try:
         return await read_limited_body(request, settings.max_message_size, settings.body_timeout)
     except MessageTooLarge as exc:
         raise _BodyRefused(web.Response(status=413, text=f"{exc}\n")) from None
     except BodyTimeout as exc:
         raise _BodyRefused(web.Response(status=408, text=f"{exc}\n")) from None
+    except ClientLeft as exc:
+        raise _BodyRefused(web.Response(status=400, text=f"{exc}\n")) from None
 
 
 async def _read_json(request: web.Request, settings: AgentBridgeSettings, invalid: str) -> RawValue:

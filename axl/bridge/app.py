@@ -26,7 +26,7 @@ from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
 from axl.bridge.http1 import Answer
 from axl.bridge.ws import CLIENTS, NODE, RECEIVER, handle_ws, track_streams
 from axl.errors import DeliveryError
-from axl.httpbody import BodyTimeout, answer_and_close, read_limited_body, refuse_oversized_early
+from axl.httpbody import BodyTimeout, ClientLeft, answer_and_close, read_limited_body, refuse_oversized_early
 from axl.observe.observatory import Observatory
 from axl.observe.web import ACCESS_LOG, add_observability, request_recorder
 
@@ -78,6 +78,8 @@ async def handle_send(request: web.Request) -> web.Response:
                                           float(node.config.conn_read_timeout_secs))
     except BodyTimeout as exc:
         return await answer_and_close(request, response_for(api.body_timeout(node, key, str(exc))))
+    except ClientLeft as exc:
+        return await answer_and_close(request, web.Response(status=400, text=f"{exc}\n"))
     except DeliveryError as exc:
         return await answer_and_close(request, response_for(api.send_answer(node, key, 0, 0.0, exc)))
     answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()

@@ -149,7 +149,10 @@ class BridgeConnection(asyncio.Protocol):
         self.door.clients.closed(self.transport)
         self.door.connections.discard(self)
         if self._inner is not None:
-            self._inner.connection_lost(exc)
+            # Next turn: a connection handed over in this same turn has a
+            # request task that has not run yet, and aiohttp's task fails
+            # (an AssertionError, logged) if the connection is gone first.
+            asyncio.get_running_loop().call_soon(self._inner.connection_lost, exc)
 
     def pause_writing(self) -> None:
         if self._inner is not None:
