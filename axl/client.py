@@ -30,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import http.client
 import itertools
 import json
 import select
+import socket
 import threading
 import time
 import urllib.parse
@@ -59,6 +61,13 @@ HEARTBEAT_SECONDS = 30.0
 # Sends a blocking /ws stream keeps unacknowledged before start_send waits
 # (the node itself stops reading at 256 frames awaiting their ack).
 SEND_WINDOW = 1024
+# The bridge's limits (SPEC: /recv's wait, /ws's window): a value outside them
+# is refused here, before a request, with the reason.
+MAX_RECV_WAIT = 300.0
+MAX_WINDOW = 1024
+# What the bridge says when a second receiver asks; the WebSocket handshake
+# gives the client the status only.
+RECEIVER_TAKEN = "another /ws connection is receiving this node's messages"
 
 T = TypeVar("T")
 
@@ -171,6 +180,46 @@ def _json_rpc(method: str, params: dict[str, Any] | None, ids: Iterator[int]) ->
     return json.dumps(request).encode()
 
 
+def bridge_url(url: str) -> str:
+    """The bridge's base URL without a trailing slash; ValueError unless it
+    is http(s)://host[:port] (without a scheme, the host would be taken
+    for a path and the request would go elsewhere)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"bridge URL must be http://host:port or https://host:port, "
+                         f"e.g. {DEFAULT_URL}; got {url!r}")
+    return url.rstrip("/")
+
+
+def _peer(peer: str) -> str:
+    """A peer id as it goes in a header or a path. A malformed id of plain
+    characters is the bridge's to refuse (400); one that HTTP cannot carry
+    at all is refused here."""
+    if not isinstance(peer, str) or not peer.isascii() or not peer.isprintable():
+        raise ValueError(f"peer id must be 64 hex characters; got {peer!r}")
+    return peer
+
+
+def _payload(body: bytes | str) -> bytes:
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"a message body is bytes or str, not {type(body).__name__}")
+
+
+def _recv_wait(wait: float) -> float:
+    if not 0 <= wait <= MAX_RECV_WAIT:  # False for NaN too
+        raise ValueError(f"wait must be between 0 and {MAX_RECV_WAIT:g} seconds; got {wait!r}")
+    return wait
+
+
+def _window(window: int) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be an integer between 1 and {MAX_WINDOW}; got {window!r}")
+    return window
+
+
 class Operations:
     """Every bridge operation as data; shared by the async and the blocking client."""
 
@@ -182,25 +231,25 @@ class Operations:
         return Operation(Call("GET", "/topology", MARGIN_SECONDS), _json_body)
 
     def send(self, peer: str, body: bytes | str) -> Operation[None]:
-        data = body.encode() if isinstance(body, str) else body
-        call = Call("POST", "/send", self.timeout, data, {"X-Destination-Peer-Id": peer})
+        call = Call("POST", "/send", self.timeout, _payload(body), {"X-Destination-Peer-Id": _peer(peer)})
         return Operation(call, _nothing)
 
     def recv(self, wait: float) -> Operation[Message | None]:
+        wait = _recv_wait(wait)
         path = "/recv?" + urllib.parse.urlencode({"wait": f"{wait:g}"}) if wait > 0 else "/recv"
         return Operation(Call("GET", path, wait + MARGIN_SECONDS, ok=(200, 204)), _message)
 
     def mcp(self, peer: str, service: str, method: str, params: dict[str, Any] | None) -> Operation[Any]:
-        call = Call("POST", f"/mcp/{peer}/{urllib.parse.quote(service)}", self.timeout,
+        call = Call("POST", f"/mcp/{_peer(peer)}/{urllib.parse.quote(service)}", self.timeout,
                     _json_rpc(method, params, self._ids), {"Content-Type": "application/json"})
         return Operation(call, _rpc_result)
 
     def a2a_card(self, peer: str) -> Operation[dict[str, Any]]:
-        return Operation(Call("GET", f"/a2a/{peer}", self.timeout), _json_body)
+        return Operation(Call("GET", f"/a2a/{_peer(peer)}", self.timeout), _json_body)
 
     def a2a_send(self, peer: str, text: str) -> Operation[dict[str, Any]]:
         message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
-        call = Call("POST", f"/a2a/{peer}", self.timeout,
+        call = Call("POST", f"/a2a/{_peer(peer)}", self.timeout,
                     _json_rpc("SendMessage", {"message": message}, self._ids),
                     {"Content-Type": "application/json"})
         return Operation(call, _rpc_result)
@@ -221,7 +270,7 @@ class AsyncClient:
     """A node's bridge from asyncio code: ``async with AsyncClient(url) as node: ...``."""
 
     def __init__(self, url: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = url.rstrip("/")
+        self.url = bridge_url(url)
         self.operations = Operations(timeout)
         self._session: aiohttp.ClientSession | None = None
         self._peer_id: str | None = None
@@ -293,7 +342,7 @@ class AsyncClient:
         incoming messages, at most ``window`` of them not yet handled:
         ``async for message in ws.messages(): ...``.
         """
-        return MessageStream(self._http(), self.url, self.operations.timeout, receive, window)
+        return MessageStream(self._http(), self.url, self.operations.timeout, receive, _window(window))
 
     async def mcp(self, peer: str, service: str, method: str, params: dict[str, Any] | None = None) -> Any:
         """One JSON-RPC request to MCP ``service`` next to ``peer``; returns its ``result``."""
@@ -371,7 +420,8 @@ class MessageStream:
                 self.url, compress=0, max_msg_size=0, heartbeat=HEARTBEAT_SECONDS,
                 timeout=aiohttp.ClientWSTimeout(ws_close=MARGIN_SECONDS))
         except aiohttp.WSServerHandshakeError as error:
-            raise BridgeError(error.status, error.message, self.url) from None
+            text = RECEIVER_TAKEN if error.status == 409 else f"the bridge refused the WebSocket ({error.status})"
+            raise BridgeError(error.status, text, self.url) from None
         except aiohttp.ClientConnectionError as error:
             raise BridgeUnreachable(None, f"cannot connect ({error.__class__.__name__})", self.url) from None
         self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
@@ -405,7 +455,7 @@ class MessageStream:
         the ``BridgeError`` that ``AsyncClient.send`` would raise (502, 503, ...).
         Returns as soon as the frame is written, so many can be under way."""
         ws = self._open_socket()
-        frame = _frame_key(peer, self.url) + (body.encode() if isinstance(body, str) else body)
+        frame = _frame_key(peer, self.url) + _payload(body)
         self._sent += 1
         future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
         self._pending[self._sent] = future
@@ -504,7 +554,10 @@ class MessageStream:
                                                      data[ID_BYTES + KEY_BYTES:],
                                                      int.from_bytes(data[:ID_BYTES], "big")))
                 else:
-                    if message.type == aiohttp.WSMsgType.CLOSE:
+                    if message.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
+                        reason = (f" ({message.data}: a frame was far over the node's max_message_size, "
+                                  f"so the node closed the stream)")
+                    elif message.type == aiohttp.WSMsgType.CLOSE:
                         reason = f" ({message.data}: {message.extra or ''})"
                     return
         finally:
@@ -614,6 +667,7 @@ class BlockingMessageStream:
         for room."""
         self._open_stream()
         _frame_key(peer, self.url)
+        body = _payload(body)
         if not self._room.acquire(timeout=self.timeout):
             raise BridgeError(None, f"no room to send within {self.timeout:g} s", self.url)
         outcome: concurrent.futures.Future[Ack] = concurrent.futures.Future()
@@ -781,7 +835,7 @@ class Client:
     thread's. A thread's connection also closes when the thread ends."""
 
     def __init__(self, url: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = url.rstrip("/")
+        self.url = bridge_url(url)
         self.operations = Operations(timeout)
         self._peer_id: str | None = None
         parts = urllib.parse.urlsplit(self.url)
@@ -808,6 +862,11 @@ class Client:
             every = list(self._every_kept)
             self._every_kept.clear()
         for kept in every:
+            if kept.connection.sock is not None:
+                # A call blocked reading in another thread wakes now, and
+                # fails; close() alone would leave it waiting.
+                with contextlib.suppress(OSError):
+                    kept.connection.sock.shutdown(socket.SHUT_RDWR)
             kept.connection.close()
 
     def _drop_kept(self) -> None:
@@ -890,7 +949,7 @@ class Client:
         """One ``/ws`` WebSocket for many messages, as ``AsyncClient.stream()``:
         ``with node.stream() as ws: ws.send(peer, body)``. Its connection is
         its own (aiohttp, on an event loop in a thread of the stream's)."""
-        return BlockingMessageStream(self.url, self.operations.timeout, receive, window)
+        return BlockingMessageStream(self.url, self.operations.timeout, receive, _window(window))
 
     def mcp(self, peer: str, service: str, method: str, params: dict[str, Any] | None = None) -> Any:
         return self.run(self.operations.mcp(peer, service, method, params))

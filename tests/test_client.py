@@ -156,6 +156,7 @@ async def test_a_second_receiving_stream_is_refused_with_409(pair):
             async with client.stream(receive=True):
                 pass
     assert caught.value.status == 409
+    assert caught.value.text == "another /ws connection is receiving this node's messages"
 
 
 def test_a_blocking_stream_pipelines_sends_and_pushes_messages_in_order(pair):
@@ -394,3 +395,50 @@ def test_the_blocking_client_works_with_descriptors_past_1024() -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_close_from_another_thread_ends_a_call_under_way(pair):
+    """A recv(wait) blocked in one thread fails at once when another thread
+    closes the client, and takes no message for nobody."""
+    a, b = pair
+    drain(b)
+    outcome: list[BaseException | Message | None] = []
+    with Client(a.url) as sender:
+        receiver = Client(b.url)
+
+        def poll() -> None:
+            try:
+                outcome.append(receiver.recv(wait=8))
+            except BridgeError as error:
+                outcome.append(error)
+
+        polling = threading.Thread(target=poll)
+        polling.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        receiver.close()
+        polling.join(5)
+        assert time.monotonic() - started < 2 and not polling.is_alive()
+        assert isinstance(outcome[0], BridgeUnreachable), outcome
+        sender.send(b.peer_id, b"after the close")
+        message = Client(b.url).recv(wait=5)
+        assert message is not None and message.body == b"after the close"
+
+
+@pytest.mark.parametrize("make", [Client, AsyncClient])
+def test_a_bridge_url_without_a_scheme_is_refused_at_once(make):
+    with pytest.raises(ValueError, match="bridge URL must be http://host:port"):
+        make("127.0.0.1:9002")
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda node: node.recv(wait=1e20), ValueError),
+    (lambda node: node.recv(wait=float("nan")), ValueError),
+    (lambda node: node.recv(wait=-1), ValueError),
+    (lambda node: node.send("ab" * 32, None), TypeError),
+    (lambda node: node.send("ab" * 32 + "\r\nX-Injected: 1", b"x"), ValueError),
+    (lambda node: node.stream(receive=True, window=0), ValueError),
+])
+def test_calls_the_client_cannot_make_raise_before_any_request(call, error):
+    with Client(f"http://127.0.0.1:{free_port()}") as node, pytest.raises(error):
+        call(node)
