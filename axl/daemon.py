@@ -42,10 +42,19 @@ async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
         trimmer.cancel()
 
 
+def stop_signals() -> list[signal.Signals]:
+    """SIGINT, SIGTERM, and SIGHUP (its terminal closed) unless the node was
+    started to ignore it (`nohup`): each stops the node cleanly."""
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    return signals
+
+
 async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals():
         loop.add_signal_handler(sig, stopped.set)
     bridge = BridgeServer(node, node.config)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -113,9 +114,11 @@ class FolderLock:
     def __init__(self, folder: Path) -> None:
         self.path = folder / LOCK_NAME
         self._handle: Any = None
+        self._made_folder = False
 
     def acquire(self) -> None:
         """Take the lock or raise TestnetError naming the testnet that holds it."""
+        self._made_folder = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")
         try:
@@ -137,6 +140,15 @@ class FolderLock:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    def abandon(self) -> None:
+        """Release, and take back the lock file (and the folder, if acquire
+        made it): a testnet refused before it started leaves nothing behind."""
+        self.release()
+        self.path.unlink(missing_ok=True)
+        if self._made_folder:
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
 
 
 @dataclass
@@ -356,7 +368,7 @@ class Testnet:
         try:
             self._check_ports()
         except TestnetError:
-            self._lock.release()
+            self._lock.abandon()
             raise
         self.write_configs()
         for index in range(len(self.nodes)):

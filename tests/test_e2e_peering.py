@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from axl.daemon import stop_signals
 from nodes import Cluster, NodeProcess, up_peers, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,15 +66,26 @@ def test_configs_peer_go_down_and_come_back(configs_cluster):
     print(f"peering up in {up_time:.2f}s, back after restart in {time.monotonic() - restarted:.2f}s")
 
 
-def test_sigterm_stops_within_two_seconds(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_stops_cleanly_within_two_seconds(tmp_path, sig):
     cluster = Cluster(tmp_path)
     node = cluster.add("solo")
     node.start()
     started = time.monotonic()
-    assert node.stop() == 0
+    assert node.stop(sig) == 0
     assert time.monotonic() - started < 2.5
     log = node.log_path.read_text()
     assert node.peer_id in log and "bridge listening" in log and "Traceback" not in log
+    assert "stopping" in log and "stopped" in log
+
+
+def test_sighup_stays_ignored_under_nohup():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in stop_signals()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert signal.SIGHUP in stop_signals()
 
 
 async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):

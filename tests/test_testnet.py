@@ -291,7 +291,12 @@ def test_a_taken_fixed_port_is_refused_before_any_file_is_written(tmp_path):
         testnet = Testnet(1, "line", tmp_path / "net", base_port=port, node_command=FAKE_NODE_COMMAND)
         with pytest.raises(TestnetError, match=f"port {port} on 127.0.0.1 is in use"):
             testnet.start()
-    assert [path.name for path in (tmp_path / "net").iterdir()] == ["testnet.lock"]
+        assert not (tmp_path / "net").exists()
+        (tmp_path / "mine").mkdir()
+        testnet = Testnet(1, "line", tmp_path / "mine", base_port=port, node_command=FAKE_NODE_COMMAND)
+        with pytest.raises(TestnetError, match="is in use"):
+            testnet.start()
+        assert list((tmp_path / "mine").iterdir()) == []  # a folder it did not make stays
 
 
 def test_a_testnet_in_a_relative_folder_starts(tmp_path, monkeypatch):
