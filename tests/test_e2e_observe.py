@@ -219,3 +219,18 @@ def test_a_send_refused_before_its_body_is_counted(trio) -> None:
     after = scrape(b)
     assert delta(before, after, "axl_messages_sent_total", status="413") == 1
     assert value(after, "axl_destination_failures_total", peer=c.peer_id, status="413") == 1
+
+
+def test_a_scrape_alone_does_not_load_the_full_application(tmp_path) -> None:
+    """/metrics is answered by the front door: a node that is only scraped
+    keeps aiohttp's server and the agent routes unloaded (about 14 MB)."""
+    node = Cluster(tmp_path).add("solo")
+    node.start()
+    try:
+        metrics = scrape(node)
+        assert value(metrics, "axl_peers", state="up") == 0
+        assert any(name == "process_resident_memory_bytes" for name, _ in metrics)
+        assert node.request("GET", "/metrics", timeout=10)[1]["Content-Type"].startswith("text/plain")
+        assert "full application loaded" not in node.log_path.read_text()
+    finally:
+        node.stop()

@@ -46,7 +46,7 @@ STREAMED_BODY = 1 << 20
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 # The GET routes the front door serves, by path: the BridgeConnection method for each.
-_GET_ROUTES = {"/recv": "_recv", "/topology": "_topology", "/health": "_health"}
+_GET_ROUTES = {"/recv": "_recv", "/topology": "_topology", "/health": "_health", "/metrics": "_metrics"}
 
 
 @dataclass
@@ -60,6 +60,8 @@ class FrontDoor:
     read_timeout: float
     # A future of the full application's protocol factory, started on the first call.
     full_application: Callable[[], asyncio.Future[ProtocolFactory]]
+    # The Prometheus exposition and its content type: a scrape needs no full application.
+    metrics: Callable[[], tuple[bytes, str]]
     connections: set[BridgeConnection] = field(default_factory=set)
     date: HttpDate = field(default_factory=HttpDate)
 
@@ -235,6 +237,10 @@ class BridgeConnection(asyncio.Protocol):
 
     def _health(self, head: RequestHead) -> None:
         self._answer(api.health_answer(self.door.node))
+
+    def _metrics(self, head: RequestHead) -> None:
+        body, content_type = self.door.metrics()
+        self._answer(Answer(200, body, content_type))
 
     def _send(self, head: RequestHead) -> None:
         length = head.content_length

@@ -1,7 +1,7 @@
 """HTTP/1.1 request heads and responses for the bridge's own routes, sans-IO.
 
 The bridge answers its core routes (`POST /send`, `GET /recv`, `GET
-/topology`, `GET /health`) itself, because a general framework's request
+/topology`, `GET /health`, `GET /metrics`) itself, because a general framework's request
 machinery costs more per message than the node's overlay work does. This
 module reads only the plain requests those routes get; anything else it
 declines (`parse_head` returns None), and the connection goes to the full

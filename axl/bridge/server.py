@@ -31,7 +31,8 @@ class BridgeServer:
         self.receiver = ReceiverSlot()
         self.observatory = Observatory(node)
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
-                               float(config.conn_read_timeout_secs), self._full_application)
+                               float(config.conn_read_timeout_secs), self._full_application,
+                               self._metrics)
         self._server: asyncio.Server | None = None
         self._full: asyncio.Future[ProtocolFactory] | None = None
         self._full_app: FullApplication | None = None
@@ -49,6 +50,10 @@ class BridgeServer:
         shown = f"[{host}]" if ":" in host else host
         log.info("bridge listening on http://%s:%d", shown, port)
 
+    def _metrics(self) -> tuple[bytes, str]:
+        from axl.observe import metrics  # prometheus_client loads here, on the first scrape
+        return metrics.exposition(self.observatory.metrics_registry())
+
     def _full_application(self) -> asyncio.Future[ProtocolFactory]:
         """The full application's protocol factory, started on the first call."""
         if self._full is None:
@@ -62,7 +67,7 @@ class BridgeServer:
                                          KEEPALIVE_TIMEOUT)
         factory = await self._full_app.start()
         log.info("full application loaded for the first request beyond /send, /recv, "
-                 "/topology and /health (%.0f ms)", (time.monotonic() - started) * 1000)
+                 "/topology, /health and /metrics (%.0f ms)", (time.monotonic() - started) * 1000)
         return factory
 
     async def stop(self) -> None:
