@@ -442,3 +442,14 @@ def test_a_bridge_url_without_a_scheme_is_refused_at_once(make):
 def test_calls_the_client_cannot_make_raise_before_any_request(call, error):
     with Client(f"http://127.0.0.1:{free_port()}") as node, pytest.raises(error):
         call(node)
+
+
+def test_https_to_the_plain_bridge_fails_at_once(pair):
+    """The bridge speaks plain HTTP: an https:// client's TLS hello is no
+    request line, and is refused at once rather than left to time out."""
+    _, b = pair
+    started = time.monotonic()
+    with Client(b.url.replace("http://", "https://"), timeout=20) as node, \
+            pytest.raises(BridgeUnreachable, match="WRONG_VERSION_NUMBER|wrong version"):
+        node.recv(wait=1)
+    assert time.monotonic() - started < 5

@@ -207,7 +207,10 @@ class BridgeConnection(asyncio.Protocol):
         return True
 
     def _await_head(self) -> None:
-        if len(self._buffer) > MAX_HEAD:
+        if len(self._buffer) > MAX_HEAD or self._buffer and not self._buffer[:1].isupper():
+            # Too long for ours, or not a request line at all (a TLS hello from
+            # an https:// client): the full application answers it now, where
+            # waiting for a head's end would hold the client until a timeout.
             self._hand_off()
         elif self._buffer and self._idle:
             self._idle = False
