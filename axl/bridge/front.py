@@ -242,7 +242,12 @@ class BridgeConnection(asyncio.Protocol):
         self._answer(api.health_answer(self.door.node))
 
     def _metrics(self, head: RequestHead) -> None:
-        body, content_type = self.door.metrics()
+        try:
+            body, content_type = self.door.metrics()
+        except Exception:  # a failing collector must cost a 500, not a hung scrape
+            log.exception("/metrics: the exposition failed")
+            self._answer(text_answer(500, "metrics exposition failed; see the node's log"))
+            return
         self._answer(Answer(200, body, content_type))
 
     def _send(self, head: RequestHead) -> None:
