@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -240,9 +241,9 @@ async def test_dispatcher_reports_a_dead_router() -> None:
     dispatcher = InboundDispatcher(DispatchSettings(router_addr="http://127.0.0.1", router_port=port, a2a_addr="http://127.0.0.1", a2a_port=port))
     try:
         reply = (await dispatcher.dispatch(b"\x01" * 32, b'{"service":"w","request":{"id":1,"method":"m"}}')).reply
-        assert json.loads(reply)["error"].startswith("failed to contact router")
+        assert json.loads(reply)["error"].startswith("failed to contact the MCP router: ")
         card = (await dispatcher.dispatch(b"\x01" * 32, b'{"a2a":true,"agent_card":true}')).reply
-        assert json.loads(card)["error"].startswith("failed to contact a2a server")
+        assert json.loads(card)["error"].startswith("failed to contact the A2A server: ")
     finally:
         await dispatcher.close()
 
@@ -311,12 +312,63 @@ async def test_mcp_and_a2a_dispatch_each_use_their_own_timeout(slow_server) -> N
     try:
         a2a_reply = json.loads((await asyncio.wait_for(short_a2a.dispatch(key, a2a_request), 10)).reply)
         mcp_reply = json.loads((await asyncio.wait_for(short_a2a.dispatch(key, mcp_request), 10)).reply)
-        assert a2a_reply["error"].startswith("failed to contact a2a server")
+        assert a2a_reply["error"] == "the A2A server did not answer within 0.2 s"
         assert "error" not in mcp_reply
         mcp_reply = json.loads((await asyncio.wait_for(short_mcp.dispatch(key, mcp_request), 10)).reply)
         a2a_reply = json.loads((await asyncio.wait_for(short_mcp.dispatch(key, a2a_request), 10)).reply)
-        assert mcp_reply["error"].startswith("failed to contact router")
+        assert mcp_reply["error"] == "the MCP router did not answer within 0.2 s"
         assert "error" not in a2a_reply
     finally:
         await short_a2a.close()
         await short_mcp.close()
+
+
+@pytest.mark.parametrize("pad, status", [(1_000_000, 200), (16 * 1024 * 1024, 502)])
+async def test_the_router_forwards_a_large_answer_whole(pad: int, status: int) -> None:
+    """An MCP server's answer arrives in many chunks: the router reads it to
+    its end (up to 16 MiB), not only the part that has arrived."""
+    from axl.adapters.mcp_router import McpRouter
+
+    async def upstream(request: web.Request) -> web.Response:
+        request_id = json.loads(await request.read())["id"]
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"pad": "x" * pad}})
+        return web.Response(body=body.encode(), content_type="application/json")
+
+    server_app = web.Application()
+    server_app.router.add_post("/mcp", upstream)
+    server = TestServer(server_app, host="127.0.0.1")
+    router = TestServer(McpRouter(timeout=30).app(), host="127.0.0.1")
+    await server.start_server()
+    await router.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{router.port}/register",
+                                 json={"service": "big", "endpoint": f"http://127.0.0.1:{server.port}/mcp"}) as reply:
+                assert reply.status == 200
+            request = {"service": "big", "request": {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}}
+            async with http.post(f"http://127.0.0.1:{router.port}/route", json=request) as reply:
+                answer = json.loads(await reply.read())
+                assert reply.status == status, answer.get("error")
+        if status == 200:
+            assert answer["error"] is None and len(answer["response"]["result"]["pad"]) == pad
+        else:
+            assert answer["error"] == "Service response too large"
+    finally:
+        await router.close()
+        await server.close()
+
+
+async def test_the_router_refuses_an_endpoint_without_a_host_and_says_why_json_is_bad() -> None:
+    from axl.adapters.mcp_router import McpRouter
+
+    router = TestServer(McpRouter(timeout=30).app(), host="127.0.0.1")
+    await router.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            register = f"http://127.0.0.1:{router.port}/register"
+            async with http.post(register, json={"service": "x", "endpoint": "http://"}) as reply:
+                assert reply.status == 400 and "with a host" in (await reply.json())["error"]
+            async with http.post(register, data=b"{nope") as reply:
+                assert reply.status == 400 and (await reply.json())["error"].startswith("invalid JSON: ")
+    finally:
+        await router.close()

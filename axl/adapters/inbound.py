@@ -90,6 +90,14 @@ def a2a_version_for(request: object) -> str | None:
     return A2A_CURRENT_VERSION
 
 
+
+def _failure(what: str, exc: BaseException, timeout: float) -> str:
+    """Why a local service gave no answer: a timeout (whose text is empty)
+    says so with its limit; any other error is named with its text."""
+    if isinstance(exc, TimeoutError):
+        return f"{what} did not answer within {timeout:g} s"
+    return f"failed to contact {what}: {str(exc) or type(exc).__name__}"
+
 class InboundDispatcher:
     """Routes inbound envelopes to the MCP router and the A2A server over HTTP."""
 
@@ -165,9 +173,9 @@ class InboundDispatcher:
             ) as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("MCP router unreachable for service %s: %s", envelope.service, exc or "timeout")
+            failure = _failure("the MCP router", exc, self.settings.mcp_timeout)
+            log.warning("service %s: %s", envelope.service, failure)
             raw, status = None, 0
-            failure = f"failed to contact router: {exc or 'timeout'}"
         if envelope.is_notification:
             return None
         if raw is None:
@@ -209,8 +217,9 @@ class InboundDispatcher:
             async with request as resp:
                 raw, status = await resp.read(), resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("A2A server unreachable: %s", exc or "timeout")
-            return encode_a2a_reply(None, f"failed to contact a2a server: {exc or 'timeout'}")
+            failure = _failure("the A2A server", exc, self.settings.a2a_timeout)
+            log.warning("%s", failure)
+            return encode_a2a_reply(None, failure)
         try:
             answer = parse_json(raw)
         except DecodeError:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -127,6 +128,19 @@ def _json_answer(body: RawValue, status: int, request_id: Any) -> RouteOutcome:
     return RouteOutcome(response=message)
 
 
+
+async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | None:
+    """The whole body, or None once it passes `limit` bytes. (`read(n)`
+    returns what has arrived so far, at most n: part of a large answer.)"""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
 class McpRouter:
     """Registry, session map and the HTTP forwarding of ``/route``."""
 
@@ -160,13 +174,15 @@ class McpRouter:
         try:
             body = parse_json(await request.read()).value
         except DecodeError as exc:
-            return web.json_response({"error": f"Invalid JSON: {exc}"}, status=400)
+            return web.json_response({"error": str(exc)}, status=400)  # "invalid JSON: ..."
         name = body.get("service") if isinstance(body, dict) else None
         endpoint = body.get("endpoint") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name or not isinstance(endpoint, str) or not endpoint:
             return web.json_response({"error": "Both 'service' and 'endpoint' are required"}, status=400)
-        if not endpoint.startswith(("http://", "https://")):
-            return web.json_response({"error": "endpoint must be an http:// or https:// URL"}, status=400)
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return web.json_response({"error": "endpoint must be an http:// or https:// URL with a host"},
+                                     status=400)
         self.services[name] = Service(endpoint, datetime.now(timezone.utc).isoformat())
         self.sessions.forget_service(name)
         log.info("registered service %s -> %s", name, endpoint)
@@ -257,8 +273,8 @@ class McpRouter:
             return RouteOutcome()
         if resp.content_type == "text/event-stream":
             return await self._read_event_stream(resp, request_id)
-        body = await resp.content.read(MAX_RESPONSE_SIZE + 1)
-        if len(body) > MAX_RESPONSE_SIZE:
+        body = await _read_bounded(resp.content, MAX_RESPONSE_SIZE)
+        if body is None:
             return RouteOutcome(error="Service response too large", status=502)
         try:
             parsed = parse_json(body)

@@ -12,12 +12,35 @@ from collections.abc import Awaitable, Callable
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
+def port_number(text: str) -> int:
+    """argparse type: a port, 0..65535 (0: the system picks one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0..65535)")
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a duration in seconds, more than 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return seconds
+
+
 def service_parser(prog: str, description: str, default_port: int, timeout_help: str) -> argparse.ArgumentParser:
     """The options every bundled service takes: where to listen, how long to wait, how much to log."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=default_port, help=f"port to listen on (default {default_port})")
-    parser.add_argument("--timeout", type=float, default=30.0, help=f"{timeout_help} (default 30)")
+    parser.add_argument("--port", type=port_number, default=default_port,
+                        help=f"port to listen on (default {default_port})")
+    parser.add_argument("--timeout", type=positive_seconds, default=30.0, help=f"{timeout_help} (default 30)")
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="log verbosity (default INFO)"
     )

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 
 import httpx
@@ -47,7 +48,19 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
+def check_port(port: int) -> None:
+    """uvicorn reports a port in use by exiting from inside its task, which
+    ends the loop with a traceback: say it in one line first."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise SystemExit(f"error: cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+
 async def run(port: int, router: str, service: str) -> None:
+    check_port(port)
     app = weather.streamable_http_app(stateless_http=True, json_response=True)
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
