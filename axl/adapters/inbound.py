@@ -90,13 +90,13 @@ def a2a_version_for(request: object) -> str | None:
     return A2A_CURRENT_VERSION
 
 
-
 def _failure(what: str, exc: BaseException, timeout: float) -> str:
     """Why a local service gave no answer: a timeout (whose text is empty)
     says so with its limit; any other error is named with its text."""
     if isinstance(exc, TimeoutError):
         return f"{what} did not answer within {timeout:g} s"
     return f"failed to contact {what}: {str(exc) or type(exc).__name__}"
+
 
 class InboundDispatcher:
     """Routes inbound envelopes to the MCP router and the A2A server over HTTP."""

@@ -128,7 +128,6 @@ def _json_answer(body: RawValue, status: int, request_id: Any) -> RouteOutcome:
     return RouteOutcome(response=message)
 
 
-
 async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | None:
     """The whole body, or None once it passes `limit` bytes. (`read(n)`
     returns what has arrived so far, at most n: part of a large answer.)"""
@@ -140,6 +139,7 @@ async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes | No
             return None
         parts.append(chunk)
     return b"".join(parts)
+
 
 class McpRouter:
     """Registry, session map and the HTTP forwarding of ``/route``."""

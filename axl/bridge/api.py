@@ -135,23 +135,27 @@ def health_answer(node: BridgeNode) -> Answer:
     })
 
 
-def destination(node: BridgeNode, header: str) -> bytes | Answer:
-    """The key a /send names, or its 400 (counted as a failed send)."""
+def _named_key(header: str) -> bytes | None:
+    """The key a /send's destination header names, or None when it names none."""
     try:
         return parse_peer_id(header.strip().lower())
     except ValueError:
+        return None
+
+
+def destination(node: BridgeNode, header: str) -> bytes | Answer:
+    """The key a /send names, or its 400 (counted as a failed send)."""
+    key = _named_key(header)
+    if key is None:
         node.stats.send_finished(None, 0, 400, None, time.time())
         return text_answer(400, f"missing or malformed {DEST_HEADER}: expected 64 hex characters")
+    return key
 
 
 def refused_before_body(node: BridgeNode, header: str) -> None:
     """Count a /send refused with 413 on its declared length, before its body
     was sent (`Expect: 100-continue`), as the sends refused after it are."""
-    try:
-        key: bytes | None = parse_peer_id(header.strip().lower())
-    except ValueError:
-        key = None
-    node.stats.send_finished(key, 0, 413, None, time.time())
+    node.stats.send_finished(_named_key(header), 0, 413, None, time.time())
 
 
 def record_send(node: BridgeNode, key: bytes, size: int, started: float,
