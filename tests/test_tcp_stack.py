@@ -419,7 +419,9 @@ def test_clock_based_isn_grows_for_a_reused_tuple() -> None:
     assert other != isn_first, "other tuples start elsewhere"
 
 
-def test_segments_on_an_unchecksummed_port_carry_checksum_zero_and_others_a_valid_one() -> None:
+def test_segments_on_an_unchecksummed_port_carry_checksum_zero_once_synchronized() -> None:
+    """Handshake segments carry a valid checksum on every port; on the
+    unchecksummed port only segments after the peer's answer go without."""
     stream_port = 7001
     a, b = _pair(verify_checksums=False, unchecksummed_ports=frozenset({stream_port}))
     b.listen(PORT)
@@ -432,9 +434,24 @@ def test_segments_on_an_unchecksummed_port_carry_checksum_zero_and_others_a_vali
     on_port = defaultdict(list)
     for packet in net.sent:
         segment = decode_packet(packet, verify_checksum=False).segment
-        on_port[stream_port in (segment.src_port, segment.dst_port)].append(packet)
-    assert on_port[True] and on_port[False]
-    assert all(packet[40 + 16:40 + 18] == b"\0\0" for packet in on_port[True])
-    for packet in on_port[False]:
+        on_port[stream_port in (segment.src_port, segment.dst_port), bool(segment.flags & SYN)].append(packet)
+    assert on_port[True, True] and on_port[True, False] and on_port[False, False]
+    assert all(packet[40 + 16:40 + 18] == b"\0\0" for packet in on_port[True, False])
+    for packet in on_port[True, True] + on_port[False, True] + on_port[False, False]:
         decode_packet(packet)  # raises ChecksumError on a wrong checksum
     assert sum(len(data) for data in transfers.received.values()) == 10000
+
+
+def test_a_syn_to_the_unchecksummed_port_of_a_checking_stack_is_refused_at_once() -> None:
+    """A peer that verifies checksums and does not listen on the port (a Go
+    node's gVisor stack) answers the first SYN with RST instead of dropping it."""
+    stream_port = 7001
+    a = TcpStack(A, rng=random.Random(11), verify_checksums=False,
+                 unchecksummed_ports=frozenset({stream_port}))
+    b = TcpStack(B, rng=random.Random(22))
+    b.listen(PORT)
+    net = Network([a, b])
+    transfers = Transfers(net)
+    conn = a.connect(B, stream_port)
+    net.run(lambda: Reset in transfers.kinds[conn])
+    assert net.now < TcpConfig().initial_rto, "refused by the first SYN, not a retry"

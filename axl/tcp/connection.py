@@ -68,6 +68,7 @@ class State(enum.Enum):
 _SENDING_STATES = (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK)
 _RECEIVING_STATES = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)
 _OPEN_FOR_WRITES = (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT)
+_UNSYNCHRONIZED = (State.CLOSED, State.SYN_SENT, State.SYN_RECEIVED)
 
 
 class TcpClosedError(ConnectionError):
@@ -258,6 +259,12 @@ class TcpConnection:
     @property
     def is_closed(self) -> bool:
         return self.state is State.CLOSED
+
+    @property
+    def synchronized(self) -> bool:
+        """Whether the peer has answered the handshake (RFC 9293's synchronized
+        states): until then we know nothing of it but that a SYN reached it."""
+        return self.state not in _UNSYNCHRONIZED
 
     def send(self, data: bytes | bytearray | memoryview) -> int:
         """Queue as much of `data` as the send buffer holds; returns how much."""

@@ -49,7 +49,10 @@ class TcpStack:
         self.mss_for_remote = mss_for_remote
         self.hop_limit = hop_limit
         self.verify_checksums = verify_checksums
-        # Connections to or from these ports send checksum 0 (see docs/protocol.md, 11).
+        # Connections to or from these ports send checksum 0 once the peer has
+        # answered their handshake on that port (see docs/protocol.md, 11): a
+        # node that does not speak there, a Go node say, only ever gets a SYN
+        # with a valid checksum, which it can answer with RST.
         self.unchecksummed_ports = unchecksummed_ports
         # Connections to or from these ports delay their ACKs (TcpConfig.ack_delay).
         self.delayed_ack_ports = delayed_ack_ports
@@ -158,7 +161,8 @@ class TcpStack:
             key = self._key_of(conn)
             if self._connections.get(key) is not conn:
                 continue
-            checksum = conn.local_port not in unchecksummed and conn.remote_port not in unchecksummed
+            checksum = not (conn.synchronized and (conn.local_port in unchecksummed
+                                                    or conn.remote_port in unchecksummed))
             for segment in conn.segments_to_send(now):
                 packets.append(encode_packet(self.local_address, conn.remote_address,
                                              segment, self.hop_limit, checksum))
