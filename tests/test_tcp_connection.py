@@ -389,3 +389,47 @@ def test_a_delayed_ack_does_not_stall_a_sender_held_by_the_syn_window() -> None:
     assert client.segments_to_send(1.0) == [], "the sender is window-limited"
     assert server.segments_to_send(1.0), (
         f"the receiver holds its ACK until {server.get_timer()}: the sender idles for the ack delay")
+
+
+def test_acknowledgements_read_together_in_fast_recovery_leave_nothing_to_resend() -> None:
+    """In fast recovery a partial acknowledgement asks to resend the next
+    hole, and the full one arrives before the sender next sends (a daemon
+    flushes once per event-loop turn, after every frame it read). Nothing
+    is left to resend then: a "resend" would put unsent data on the wire
+    without counting it as sent, the peer's acknowledgement of it would be
+    dropped as one for unsent data, and the transfer would stall for good."""
+    client, server = _handshake(TcpConfig(mss=1220))
+    _events(client)
+    data = bytes(range(256)) * 100
+    client.send(data)
+    flight = client.segments_to_send(1.0)
+    assert len(flight) == 10 and sum(len(s.payload) for s in flight) < len(data)
+    lost, late = flight[1], flight[4]
+    acks = []
+    for segment in flight:
+        if segment not in (lost, late):
+            server.receive_segment(segment, 1.01)
+            acks += server.segments_to_send(1.01)  # one ACK per segment, as gVisor sends them
+    for ack in acks:
+        client.receive_segment(ack, 1.02)
+    recovery = client.segments_to_send(1.02)
+    assert recovery[0].seq == lost.seq
+    answers = []
+    for segment in recovery:
+        server.receive_segment(segment, 1.03)
+        answers += server.segments_to_send(1.03)
+    assert answers[0].ack == late.seq, "a partial acknowledgement: the late segment is the next hole"
+    server.receive_segment(late, 1.03)
+    answers += server.segments_to_send(1.03)
+    for answer in answers:
+        client.receive_segment(answer, 1.04)
+    assert client.unacknowledged == len(data) - (answers[-1].ack - flight[0].seq)
+    now = 1.04
+    while (segments := client.segments_to_send(now)) and now < 5:
+        for segment in segments:
+            server.receive_segment(segment, now)
+        for ack in server.segments_to_send(now):
+            client.receive_segment(ack, now)
+        now += 0.01
+    received = b"".join(bytes(e.data) for e in _events(server) if isinstance(e, DataReceived))
+    assert received == data and client.unacknowledged == 0

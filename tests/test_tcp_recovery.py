@@ -63,7 +63,8 @@ def test_three_duplicates_enter_fast_recovery_and_a_full_ack_leaves_it():
     cc.on_new_ack(2 * MSS, snd_una=2 * MSS, snd_max=10 * MSS, mss=MSS)  # partial: resend the next hole
     assert cc.in_recovery and cc.retransmit_head
     cc.on_new_ack(8 * MSS, snd_una=10 * MSS, snd_max=10 * MSS, mss=MSS)
-    assert not cc.in_recovery and cc.cwnd == MSS
+    assert not cc.in_recovery and cc.cwnd == 2 * MSS
+    assert not cc.retransmit_head, "taken in before the resend left: nothing is left to resend"
 
 
 def test_timeout_collapses_the_window_to_one_segment():

@@ -717,14 +717,21 @@ class TcpConnection:
         return window_scale_for(self.config.recv_buffer_size)
 
     def _emit_head(self, out: list[TcpSegment], now: float) -> None:
-        """Resend the first unacknowledged segment, whatever the windows say."""
+        """Resend the first unacknowledged segment, whatever the windows say.
+
+        Only what was sent before: the acknowledgement that asked for the
+        resend may have been followed, before this call, by one covering
+        everything sent. A "resend" past SND.MAX would then be new data sent
+        without counting it, and the peer's acknowledgement of it would look
+        like one for data never sent and be dropped, forever."""
         self._cc.retransmit_head = False
-        self._rtt.cancel()
+        sent_end = self._snd_max - (1 if self._fin_sent() else 0)
+        size = min(self.send_mss, max(0, sent_end - self._snd_una))
         data_end = self._send_base + len(self._send_buf)
-        size = min(self.send_mss, max(0, data_end - self._snd_una))
         fin = self._fin_sent() and self._snd_una + size == data_end
-        if size == 0 and not fin:
+        if size == 0 and not (fin and self._snd_una < self._snd_max):
             return
+        self._rtt.cancel()
         out.append(self._data_segment(self._snd_una, size, fin))
         self._snd_nxt = max(self._snd_nxt, self._snd_una + size + (1 if fin else 0))
         if self._rto_deadline is None:

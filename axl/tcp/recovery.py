@@ -104,8 +104,11 @@ class NewReno:
         self.dupacks = 0
         if self.in_recovery:
             if snd_una >= self.recover:
+                # A full acknowledgement (RFC 6582, 3.2 step 3, its first
+                # choice): the hole a partial one asked to resend is filled.
                 self.in_recovery = False
-                self.cwnd = max(mss, min(self.ssthresh, snd_max - snd_una + mss))
+                self.retransmit_head = False
+                self.cwnd = min(self.ssthresh, max(snd_max - snd_una, mss) + mss)
             else:
                 self.retransmit_head = True
                 self.cwnd = max(mss, self.cwnd - acked + mss)
