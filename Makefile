@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install test run run3 testnet bench bench-sim clean
+.PHONY: install test run run3 testnet bench bench-sim interop clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -54,6 +54,14 @@ testnet: $(BIN)/axl-node
 
 bench: $(BIN)/axl-node
 	$(PY) -m axl.bench
+
+# The node against the reference Go programs (yggdrasil 0.5.12, yggdrasilctl,
+# Go AXL) in AXL_GO_BIN_DIR, by default ../shared/go-peers/bin when it exists.
+AXL_GO_BIN_DIR ?= $(if $(wildcard ../shared/go-peers/bin),$(abspath ../shared/go-peers/bin))
+export AXL_GO_BIN_DIR
+interop: $(BIN)/axl-node
+	@test -n "$(AXL_GO_BIN_DIR)" || { echo "make interop: skipped: no Go reference programs (set AXL_GO_BIN_DIR to a folder with yggdrasil, yggdrasilctl and axl-node)"; exit 0; }; \
+	$(PY) -m pytest -q -rs tests/interop
 
 bench-sim: $(BIN)/axl-node
 	$(PY) -m axl.sim.bench

@@ -28,8 +28,32 @@ def stop_leftovers() -> None:
         node.stop()
 
 
+class BridgeHttp:
+    """Requests to a node's HTTP bridge at `url` (ours or a Go AXL node)."""
+
+    url: str
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict | None = None, timeout: float = 30.0) -> tuple[int, dict, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def get_json(self, path: str) -> dict:
+        status, _, body = self.request("GET", path, timeout=5)
+        if status != 200:
+            raise ConnectionError(f"{path}: HTTP {status}")
+        return json.loads(body)
+
+    def send(self, dest: str, payload: bytes, timeout: float = 60.0) -> tuple[int, dict, bytes]:
+        return self.request("POST", "/send", payload, {"X-Destination-Peer-Id": dest}, timeout)
+
+
 @dataclass
-class NodeProcess:
+class NodeProcess(BridgeHttp):
     name: str
     config_path: Path
     api_port: int
@@ -66,24 +90,6 @@ class NodeProcess:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
-
-    def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict | None = None, timeout: float = 30.0) -> tuple[int, dict, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
-
-    def get_json(self, path: str) -> dict:
-        status, _, body = self.request("GET", path, timeout=5)
-        if status != 200:
-            raise ConnectionError(f"{path}: HTTP {status}")
-        return json.loads(body)
-
-    def send(self, dest: str, payload: bytes, timeout: float = 60.0) -> tuple[int, dict, bytes]:
-        return self.request("POST", "/send", payload, {"X-Destination-Peer-Id": dest}, timeout)
 
     def recv(self, wait: float = 10.0) -> tuple[int, dict, bytes]:
         return self.request("GET", f"/recv?wait={wait}", timeout=wait + 10)
