@@ -20,9 +20,8 @@ import mcp
 import pytest
 import pytest_asyncio
 import uvicorn
-from a2a.client import ClientConfig, create_client
-from a2a.helpers import get_artifact_text, new_text_message
-from a2a.types import Role, SendMessageRequest, TaskState
+from a2a.helpers import get_artifact_text
+from a2a.types import TaskState
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from mcp.server.mcpserver import MCPServer
@@ -33,6 +32,7 @@ from axl.adapters.a2a_server import RouterClient, create_app
 from axl.harness import free_port
 from axl.adapters.mcp_router import McpRouter
 from axl.errors import DeliveryTimeout, PeerUnreachable
+from a2acalls import run_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -279,11 +279,7 @@ async def test_official_a2a_client_runs_a_tool_through_the_bridge(stack: Stack) 
     text = json.dumps({"service": "weather-stateless-json",
                        "request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                    "params": {"name": "add", "arguments": {"a": 20, "b": 22}}}})
-    async with httpx.AsyncClient(timeout=20) as http:
-        client = await create_client(f"{stack.bridge_url}/a2a/{REMOTE}", ClientConfig(httpx_client=http))
-        message = new_text_message(text, role=Role.ROLE_USER)
-        events = [event async for event in client.send_message(SendMessageRequest(message=message))]
-    task = events[-1].task
+    task = await run_task(f"{stack.bridge_url}/a2a/{REMOTE}", text)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     mcp_response = json.loads(get_artifact_text(task.artifacts[0]))
     assert mcp_response["result"]["content"][0]["text"] == "42"
@@ -291,11 +287,7 @@ async def test_official_a2a_client_runs_a_tool_through_the_bridge(stack: Stack) 
 
 async def test_a2a_failure_is_a_failed_task_with_the_reason(stack: Stack) -> None:
     text = json.dumps({"service": "nope", "request": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
-    async with httpx.AsyncClient(timeout=20) as http:
-        client = await create_client(f"{stack.bridge_url}/a2a/{REMOTE}", ClientConfig(httpx_client=http))
-        message = new_text_message(text, role=Role.ROLE_USER)
-        events = [event async for event in client.send_message(SendMessageRequest(message=message))]
-    task = events[-1].task
+    task = await run_task(f"{stack.bridge_url}/a2a/{REMOTE}", text)
     assert task.status.state == TaskState.TASK_STATE_FAILED
     assert "Service not found: nope" in task.status.message.parts[0].text
 
