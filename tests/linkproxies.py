@@ -52,6 +52,16 @@ class ThreadedServer:
         return self
 
     def stop(self) -> None:
+        """Cancel every connection's task, then stop the loop: a task left
+        pending would be collected later, in another test, with a warning."""
+
+        async def cancel_connections() -> None:
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_connections(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 

@@ -68,6 +68,7 @@ class HostNode:
     config: Path
     log: Path
     process: subprocess.Popen | None = None
+    api_port: int = API_PORT
 
     def http(self, method: str, path: str, body: bytes = b"", headers: dict | None = None,
              timeout: float = 30.0) -> tuple[int, dict, bytes]:
@@ -84,7 +85,7 @@ class HostNode:
         )
         done = subprocess.run(
             ["ip", "netns", "exec", ns(self.host), sys.executable, "-c", script,
-             f"http://127.0.0.1:{API_PORT}{path}", method, json.dumps(headers or {})],
+             f"http://127.0.0.1:{self.api_port}{path}", method, json.dumps(headers or {})],
             input=body, capture_output=True, timeout=timeout + 15,
         )
         if done.returncode != 0:

@@ -51,6 +51,8 @@ class GoProcess:
     folder: Path
     key: NodeIdentity
     process: subprocess.Popen | None = None
+    netns: str = ""
+    """The network namespace (of the test's own) to run in; the host's when empty."""
 
     @property
     def peer_id(self) -> str:
@@ -61,6 +63,8 @@ class GoProcess:
         return self.folder / f"{self.name}.log"
 
     def spawn(self, argv: list[str]) -> None:
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=self.folder,
