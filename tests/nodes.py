@@ -51,6 +51,9 @@ class BridgeHttp:
     def send(self, dest: str, payload: bytes, timeout: float = 60.0) -> tuple[int, dict, bytes]:
         return self.request("POST", "/send", payload, {"X-Destination-Peer-Id": dest}, timeout)
 
+    def up_peer_keys(self) -> set[str]:
+        return {peer["public_key"] for peer in self.get_json("/topology")["peers"] if peer["up"]}
+
 
 @dataclass
 class NodeProcess(BridgeHttp):
@@ -182,7 +185,7 @@ def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
 
 
 def up_peers(node: NodeProcess) -> set[str]:
-    return {p["public_key"] for p in node.get_json("/topology")["peers"] if p["up"]}
+    return node.up_peer_keys()
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

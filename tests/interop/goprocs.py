@@ -178,9 +178,6 @@ class GoAxl(GoProcess, BridgeHttp):
                 return status, headers, body
             time.sleep(0.01)
 
-    def up_peer_keys(self) -> set[str]:
-        return {peer["public_key"] for peer in self.get_json("/topology")["peers"] if peer.get("up")}
-
 
 @dataclass
 class MixedNetwork:

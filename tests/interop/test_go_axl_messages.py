@@ -126,3 +126,24 @@ def test_many_small_messages_both_ways_at_once(pair, figures):
         assert all(body.startswith(tag) for body in got[name])
     figures.append(f"1 KiB both ways at once ({senders} senders each way): {2 * expected} messages "
                    f"in {elapsed:.1f} s, {2 * expected / elapsed:.0f} msg/s")
+
+
+@pytest.mark.parametrize("kind", ["go", "ours"])
+def test_the_same_sizes_between_two_nodes_of_one_kind(mixed, kind, figures):
+    """The baselines printed beside the figures above: Go AXL to Go AXL, and
+    ours to ours, with the sizes and bodies of the first test."""
+    make = mixed.go_axl if kind == "go" else mixed.ours
+    receiver = make(f"{kind}-receiver", root=True).start()
+    sender = make(f"{kind}-sender", listen=[], peers=listen_uris(receiver)).start()
+    wait_until(lambda: receiver.up_peer_keys() == {sender.peer_id}, 20, what=f"{kind} peering")
+
+    def transfer(payload: bytes) -> None:
+        status, _, text = sender.send(receiver.peer_id, payload, timeout=DEADLINE + 5)
+        assert status == 200, f"{len(payload)} B: {status} {text[:200]!r}"
+        status, _, body = receiver.recv(wait=DEADLINE)
+        assert status == 200 and body == payload, f"{len(payload)} B arrived as {len(body)} B"
+
+    total, elapsed = every_size(1, transfer)
+    names = {"go": "Go AXL -> Go AXL", "ours": "ours -> ours"}
+    figures.append(f"{names[kind]}: 41 messages, {total / 2**20:.1f} MiB in {elapsed:.1f} s "
+                   f"(send to arrival): {total / 2**20 / elapsed:.1f} MiB/s")
