@@ -8,20 +8,22 @@ a signed PathNotify carrying its coordinates, which becomes our path to it.
 A relay that cannot forward traffic sends PathBroken back, and the source
 looks up again.
 
-As in ironwood, the pathfinder is part of the router: it reads the router's
-peers, blooms, coordinates and clock, and forwards through its greedy next
-hop and output.
+As in ironwood, the pathfinder is part of the router, but it uses only the
+router's public surface: its key and transform, coordinates and clock, and
+what it does for the pathfinder (`send_to_tree_peers` for lookups along the
+tree, `forward` for one greedy hop, `route_traffic`, `emit`). Peers, links
+and the hop cache stay the router's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from axl.identity import bloom_transform
 from axl.routing.actions import PathFound
-from axl.routing.bloom import key_mask, matches_mask
+from axl.routing.bloom import key_mask
 from axl.routing.frames import (
     MAX_WATERMARK,
     TYPE_PATH_BROKEN,
@@ -79,7 +81,7 @@ class Pathfinder:
 
     @property
     def _now(self) -> float:
-        return self.router._now
+        return self.router.now
 
     def known_paths(self) -> dict[bytes, list[int]]:
         """Destinations with a path from a notify, and their coordinates."""
@@ -88,12 +90,9 @@ class Pathfinder:
     def handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
         """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""
         xdest = bloom_transform(lookup.dest)
-        mask = key_mask(xdest)
-        body = lookup.encode()
-        for peer in self.router._peers.values():
-            if peer.on_tree and peer.key != from_key and matches_mask(peer.bloom_recv, mask):
-                self.router._send_queued(peer.best_link(), TYPE_PATH_LOOKUP, body, lookup.dest, lookup.source)
-        if xdest != self.router._xform:
+        self.router.send_to_tree_peers(TYPE_PATH_LOOKUP, lookup.encode(), key_mask(xdest), from_key,
+                                       lookup.dest, lookup.source)
+        if xdest != self.router.xform:
             return
         seq = int(self._wall_clock() if self._wall_clock is not None else self._now)
         path = self.router.coords()
@@ -107,10 +106,7 @@ class Pathfinder:
         self.handle_notify(notify)
 
     def handle_notify(self, notify: PathNotify) -> None:
-        link, watermark = self.router._next_hop(notify.path, notify.watermark)
-        if link is not None:
-            body = replace(notify, watermark=watermark).encode()
-            self.router._send_queued(link, TYPE_PATH_NOTIFY, body, notify.dest, notify.source)
+        if self.router.forward(notify, TYPE_PATH_NOTIFY):
             return
         if notify.dest != self.router.key:
             return
@@ -130,16 +126,13 @@ class Pathfinder:
         info.path = list(notify.info_path)
         info.seq = notify.info_seq
         info.broken = False
-        self.router._out.append(PathFound(notify.source))
+        self.router.emit(PathFound(notify.source))
         if info.cached is not None:
             cached, info.cached = info.cached, None
             self.send_local_traffic(cached)
 
     def handle_broken(self, broken: PathBroken) -> None:
-        link, watermark = self.router._next_hop(broken.path, broken.watermark)
-        if link is not None:
-            body = replace(broken, watermark=watermark).encode()
-            self.router._send_queued(link, TYPE_PATH_BROKEN, body, broken.dest, broken.source)
+        if self.router.forward(broken, TYPE_PATH_BROKEN):
             return
         if broken.source != self.router.key:
             return
@@ -154,7 +147,7 @@ class Pathfinder:
             stamped = Traffic(list(info.path), self.router.coords(), traffic.source, traffic.dest,
                               traffic.watermark, traffic.payload)
             info.cached = stamped
-            self.router._route_traffic(stamped)
+            self.router.route_traffic(stamped)
             return
         self.rumor_send_lookup(traffic.dest)
         rumor = self.rumors.get(bloom_transform(traffic.dest))

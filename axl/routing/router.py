@@ -21,11 +21,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from axl.identity import NodeIdentity, bloom_transform, verify
 from axl.routing.actions import Action, DeliverTraffic, SendFrame, SendTraffic
-from axl.routing.bloom import BloomFilter, key_mask
+from axl.routing.bloom import BloomFilter, key_mask, matches_mask
 from axl.routing.frames import (
     MAX_WATERMARK,
     TYPE_ANNOUNCE,
@@ -143,8 +143,8 @@ class Router:
                  wall_clock: Callable[[], float] | None = None):
         self.identity = identity
         self.key = identity.public_key
-        self._xform = bloom_transform(self.key)
-        self._xform_mask = key_mask(self._xform)
+        self.xform = bloom_transform(self.key)
+        self._xform_mask = key_mask(self.xform)
         self._rng = rng if rng is not None else random.SystemRandom()
         self._now = now
         self._out: list[Action] = []
@@ -307,6 +307,34 @@ class Router:
         peer = self._peers.get(key)
         return peer is not None and peer.on_tree
 
+    # ------------------------------------------------------------------ for the pathfinder
+
+    @property
+    def now(self) -> float:
+        """The time of the event being handled."""
+        return self._now
+
+    def emit(self, action: Action) -> None:
+        """An action for the caller of the event being handled."""
+        self._out.append(action)
+
+    def send_to_tree_peers(self, ftype: int, body: bytes, mask: bytes, exclude: bytes,
+                           dest: bytes, source: bytes) -> None:
+        """Queue a frame to every on-tree peer but `exclude` whose bloom filter matches `mask`."""
+        for peer in self._peers.values():
+            if peer.on_tree and peer.key != exclude and matches_mask(peer.bloom_recv, mask):
+                self._send_queued(peer.best_link(), ftype, body, dest, source)
+
+    def forward(self, message: PathNotify | PathBroken, ftype: int) -> bool:
+        """Send `message` one greedy hop along its path, with the watermark
+        lowered; False when no peer is closer (the message is for us)."""
+        link, watermark = self._next_hop(message.path, message.watermark)
+        if link is None:
+            return False
+        body = replace(message, watermark=watermark).encode()
+        self._send_queued(link, ftype, body, message.dest, message.source)
+        return True
+
     # ------------------------------------------------------------------ output
 
     def _flush(self) -> list[Action]:
@@ -415,7 +443,7 @@ class Router:
         self._pathfinder.handle_broken(PathBroken.decode(body))
 
     def _on_traffic(self, link: _Link, body: bytes) -> None:
-        self._route_traffic(Traffic.decode(body))
+        self.route_traffic(Traffic.decode(body))
 
     _handlers = {
         TYPE_SIGREQ: _on_sigreq,
@@ -671,7 +699,8 @@ class Router:
                     best, best_cpd, best_dist = link, cpd, dist
         return best, self_dist
 
-    def _route_traffic(self, traffic: Traffic) -> None:
+    def route_traffic(self, traffic: Traffic) -> None:
+        """Forward `traffic` one greedy hop, deliver it when it is ours, or report the path broken."""
         link, watermark = self._next_hop(traffic.path, traffic.watermark)
         if link is not None:
             head = traffic.head(watermark)
