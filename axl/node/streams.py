@@ -4,7 +4,7 @@
 connections for the message layer. A sender keeps one `_Link` per
 destination: one session, its connection (opened again, with the same
 session, when it breaks with messages outstanding), and the handle of every
-message waiting for its acknowledgement. A receiver's `_Inbound` hands one
+message waiting for its acknowledgement. A receiver's `_InboundStream` hands one
 message at a time to the application and writes each answer back as an
 acknowledgement.
 
@@ -64,8 +64,9 @@ SENDER_IDLE = 30.0
 BODY_HOLD = 1.0
 # Reopenings of a broken connection in a row without any acknowledgement.
 MAX_REOPENS = 2
-# How long a receiver that closed waits for the sender's last ACK before it resets.
-CLOSE_WAIT = 10.0
+# How long a receiver that closed waits for the sender's last ACK before it
+# resets (on a message stream and on a one-message connection alike).
+LAST_ACK_WAIT = 10.0
 MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
 
 Fallback = Callable[[bytes, bytes, float, int], None]
@@ -93,7 +94,7 @@ class _Link:
 
 
 @dataclass(eq=False)
-class _Inbound:
+class _InboundStream:
     """The receiving side of one stream connection."""
 
     conn: TcpConnection
@@ -101,7 +102,7 @@ class _Inbound:
     queue: deque[Message | Answered] = field(default_factory=deque)
     session: tuple[bytes, int] | None = None
     in_flight: dict[int, int] = field(default_factory=dict)  # handle -> seq, with the application
-    successor: _Inbound | None = None
+    successor: _InboundStream | None = None
     paused: bool = False
     stash: list[bytes] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
@@ -126,15 +127,15 @@ class MessageStreams:
         self._fallback = fallback
         self._rng = rng
         self._links: dict[bytes, _Link] = {}
-        self._by_conn: dict[TcpConnection, _Link | _Inbound] = {}
-        self._answers: dict[int, _Inbound] = {}
-        self._active: dict[tuple[bytes, int], _Inbound] = {}
+        self._by_conn: dict[TcpConnection, _Link | _InboundStream] = {}
+        self._answers: dict[int, _InboundStream] = {}
+        self._active: dict[tuple[bytes, int], _InboundStream] = {}
         self._unsupported: OrderedDict[bytes, float] = OrderedDict()
         self._sessions = SessionTable()
         self._bodies: dict[int, _Link] = {}  # handle -> link, of messages whose body is arriving
         # handle -> (destination, body) of bodies arriving too slowly to hold a stream up
         self._gathering: dict[int, tuple[bytes, StreamedBody]] = {}
-        self._timers: Deadlines[_Link | _Inbound] = Deadlines()
+        self._timers: Deadlines[_Link | _InboundStream] = Deadlines()
         if self.enabled:
             stack.listen(settings.stream_port)
 
@@ -425,11 +426,11 @@ class MessageStreams:
     # -- the receiving side ---------------------------------------------
 
     def accept(self, conn: TcpConnection, peer: bytes, now: float) -> None:
-        stream = _Inbound(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
+        stream = _InboundStream(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
         self._by_conn[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
-    def _inbound_event(self, stream: _Inbound, event: tcp_events.TcpEvent, now: float) -> None:
+    def _inbound_event(self, stream: _InboundStream, event: tcp_events.TcpEvent, now: float) -> None:
         match event:
             case tcp_events.DataReceived(data=data):
                 stream.unconsumed += len(data)
@@ -443,7 +444,7 @@ class MessageStreams:
             case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
                 self._inbound_ended(stream)
 
-    def _feed(self, stream: _Inbound, data: bytes, now: float) -> None:
+    def _feed(self, stream: _InboundStream, data: bytes, now: float) -> None:
         receiver = stream.receiver
         try:
             events = receiver.feed(data)
@@ -463,7 +464,7 @@ class MessageStreams:
             stream.partial_since = None
         self._advance(stream, now)
 
-    def _settle(self, stream: _Inbound, session_id: int) -> bool:
+    def _settle(self, stream: _InboundStream, session_id: int) -> bool:
         """A connection took over a session: end the older one. If that one
         still awaits the application's answer, pause this one until it is on
         record (True), so a message it repeats is recognised, not delivered twice."""
@@ -481,12 +482,12 @@ class MessageStreams:
         stream.paused = True
         return True
 
-    def _resume(self, stream: _Inbound, now: float) -> None:
+    def _resume(self, stream: _InboundStream, now: float) -> None:
         stream.paused = False
         stash, stream.stash = stream.stash, []
         self._feed(stream, b"".join(stash), now)
 
-    def _advance(self, stream: _Inbound, now: float) -> None:
+    def _advance(self, stream: _InboundStream, now: float) -> None:
         """Answer repeats at once and hand every new message to the application
         (in order, all together: their answers then leave in one write). The
         bytes count as read, reopening TCP's window, once all are answered."""
@@ -511,7 +512,7 @@ class MessageStreams:
         if stream.finished and not stream.closing:
             stream.closing = True
             stream.conn.close()
-            self._set_deadline(stream, now + CLOSE_WAIT)
+            self._set_deadline(stream, now + LAST_ACK_WAIT)
         elif stream.partial_since is not None:
             self._set_deadline(stream, stream.partial_since + self.settings.read_timeout)
         elif not stream.closing:
@@ -537,7 +538,7 @@ class MessageStreams:
             self._advance(stream, now)
         return True
 
-    def _inbound_ended(self, stream: _Inbound) -> None:
+    def _inbound_ended(self, stream: _InboundStream) -> None:
         stream.ended = True
         stream.queue.clear()
         stream.deadline = None
@@ -545,13 +546,13 @@ class MessageStreams:
         if not stream.in_flight:
             self._release_session(stream)
 
-    def _release_session(self, stream: _Inbound) -> None:
+    def _release_session(self, stream: _InboundStream) -> None:
         """Forget the stream as its session's latest (kept while the application
         holds one of its messages: a successor must wait for that answer)."""
         if stream.session is not None and self._active.get(stream.session) is stream:
             del self._active[stream.session]
 
-    def _abort_inbound(self, stream: _Inbound) -> None:
+    def _abort_inbound(self, stream: _InboundStream) -> None:
         stream.conn.abort()
         self._inbound_ended(stream)
 
@@ -615,5 +616,5 @@ class MessageStreams:
         self._bodies.clear()
         self._gathering.clear()
 
-    def _set_deadline(self, owner: _Link | _Inbound, when: float | None) -> None:
+    def _set_deadline(self, owner: _Link | _InboundStream, when: float | None) -> None:
         self._timers.set(owner, when)
