@@ -38,6 +38,8 @@ from axl.wire import DecodeError
 log = logging.getLogger("axl.node")
 
 TICK_INTERVAL = 1.0
+# A layer whose tick keeps failing is logged again once every this many ticks.
+FAILURE_LOG_EVERY = 60
 NODEINFO = {"buildname": "axl-py", "buildversion": __version__}
 
 LinkWrite = SendFrame | SendTraffic
@@ -81,6 +83,8 @@ class NodeCore:
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._next_tick = now + TICK_INTERVAL
+        # layer -> maintenance ticks failed in a row
+        self.tick_failures: dict[str, int] = {}
         self._handlers = self._action_handlers()
 
     # -- links ----------------------------------------------------------
@@ -178,12 +182,27 @@ class NodeCore:
         self.apply([], now)
 
     def _tick(self, now: float) -> None:
-        try:
-            self.apply(self.router.tick(now), now)
-            self.apply(self.sessions.tick(now), now)
-            self.device.tick(now)
-        except Exception:
-            log.exception("maintenance tick failed")
+        """Each layer's maintenance on its own: one that raises must not cost
+        the others theirs, tick after tick (expiring sessions, forgetting
+        keys). A failure is logged with its traceback when a run of them
+        starts, then once every FAILURE_LOG_EVERY ticks while it lasts."""
+        for name, tick in (("router", self.router.tick), ("sessions", self.sessions.tick),
+                           ("device", self.device.tick)):
+            try:
+                actions = tick(now)
+            except Exception:
+                self._tick_failed(name)
+                continue
+            self.tick_failures[name] = 0
+            if actions:
+                self.apply(actions, now)
+
+    def _tick_failed(self, name: str) -> None:
+        failures = self.tick_failures[name] = self.tick_failures.get(name, 0) + 1
+        if failures == 1:
+            log.exception("%s maintenance tick failed; the other layers' go on", name)
+        elif failures % FAILURE_LOG_EVERY == 0:
+            log.error("%s maintenance tick still failing (%d ticks in a row)", name, failures)
 
     # -- the action pump ------------------------------------------------
 
