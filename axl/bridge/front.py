@@ -28,16 +28,15 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.http1 import (HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head,
+from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
+from axl.budgets import MAX_HEAD, MAX_READ_AHEAD
 from axl.observe.httpstats import HttpStats
 
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
 KEEPALIVE_TIMEOUT = 75.0
-# Bytes read ahead of the request being answered before reading pauses.
-MAX_READ_AHEAD = 1 << 20
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives

@@ -30,6 +30,7 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from axl.budgets import MAX_REMEMBERED_SENDERS
 from axl.config import NodeConfig
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
@@ -47,7 +48,6 @@ log = logging.getLogger("axl.transport")
 WRITE_CHUNK = 1 << 20
 REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
                   "or the message exceeds its max_message_size")
-MAX_REMEMBERED_SENDERS = 4096
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from axl.budgets import MAX_UNSUPPORTED
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("axl.streams")
 
 UNSUPPORTED_TTL = 60.0
-MAX_UNSUPPORTED = 4096
 # A sender closes a stream with nothing outstanding after this long (the
 # receiver's own limit is the idle timeout, conn_idle_timeout_secs).
 SENDER_IDLE = 30.0

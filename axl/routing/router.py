@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from axl.budgets import LOOKUP_BURST, LOOKUP_RATE, MAX_INFOS_PER_PEER
 from axl.identity import NodeIdentity, bloom_transform, verify
 from axl.routing.actions import Action, DeliverTraffic, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter, key_mask
@@ -55,16 +56,6 @@ ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
 BLOOM_RESEND_TICKS = 3600
 UNKNOWN_LAG_NS = (1 << 32) - 1
-# A well-behaved peer only gossips its own ancestry and ours (tens of
-# entries). Keys first learned from one peer beyond this are dropped, so a
-# peer minting signed infos for fresh keys cannot grow our table without bound.
-MAX_INFOS_PER_PEER = 1024
-# Lookups accepted from one peer: a bucket of LOOKUP_BURST refilled at
-# LOOKUP_RATE a second. Each lookup is re-multicast, so a flooding peer would
-# otherwise turn its bandwidth into work and traffic for the whole tree.
-# Honest traffic stays far below: one lookup a second per destination.
-LOOKUP_RATE = 200.0
-LOOKUP_BURST = 1000.0
 # Destinations whose next hop is remembered (all forgotten at once past this).
 HOP_CACHE_SIZE = 4096
 
