@@ -13,11 +13,18 @@ docs/operations.md.
 
 from __future__ import annotations
 
+from axl.wire import MAX_FRAME
+
 KiB = 1 << 10
 MiB = 1 << 20
 
 # --- a direct peer, on the link ----------------------------------------------
 
+# One WebSocket message on a ws:// or wss:// link. The link carries a byte
+# stream, so message boundaries mean nothing: a Go node writes at most one
+# frame (plus its 4 KiB write buffer) per message, and so do we. A larger
+# message closes the link (1009) before its payload is buffered.
+WS_MAX_MESSAGE = 4 * MAX_FRAME
 # Traffic queued on one link under back-pressure: beyond it the oldest
 # frames of the longest flow are dropped (ironwood drops too; TCP inside the
 # overlay repeats them).

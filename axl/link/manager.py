@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -109,6 +110,11 @@ class LinkManager:
         self._discovered: dict[str, _Peer] = {}
         self._discovery_settings = replace(self._settings, allowed_keys=frozenset())
         self._stopping = False
+
+    @property
+    def refusals(self) -> Counter[str]:
+        """Links closed for going beyond a budget, by budget name."""
+        return self._settings.refusals
 
     # --- listening -----------------------------------------------------------
 
