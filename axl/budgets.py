@@ -13,6 +13,8 @@ docs/operations.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from axl.wire import MAX_FRAME
 
 KiB = 1 << 10
@@ -77,8 +79,12 @@ MAX_RUMORS = 4096
 # A request head longer than this without its end is handed to the full
 # application, which refuses it (400 or 431).
 MAX_HEAD = 16 * KiB
-# Bytes read ahead of the request being answered before reading pauses.
+# Bytes read ahead of the request being answered (pipelined requests, or a
+# client not reading its answers): beyond it reading pauses until they are
+# served. Per connection, and for all connections of the front door together
+# (a connection holding a request head's worth then pauses too).
 MAX_READ_AHEAD = 1 * MiB
+READ_AHEAD_PER_NODE = 16 * MiB
 # At most this much of an oversized body is read and discarded before the 413.
 DISCARD_MAX = 64 * MiB
 # /ws: sends of one connection waiting for their acknowledgement (count and
@@ -86,3 +92,20 @@ DISCARD_MAX = 64 * MiB
 WS_MAX_IN_FLIGHT = 256
 WS_MAX_IN_FLIGHT_BYTES = 64 * MiB
 WS_MAX_WINDOW = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetUse:
+    """One budget as /metrics shows it.
+
+    `scope` says whose share `limit` is: "node", or one "peer", "link",
+    "stream" or "connection". For a share, `in_use` is the most any one
+    holder has now (the one nearest its limit); None when the budget is a
+    rate or a size, with nothing held over time.
+    """
+
+    budget: str
+    scope: str
+    limit: int
+    in_use: int | None
+    refused: int
