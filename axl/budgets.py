@@ -13,6 +13,7 @@ docs/operations.md.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from axl.wire import MAX_FRAME
@@ -60,14 +61,25 @@ TCP_RECEIVE_BUFFER = 4 * MiB
 TCP_SEND_BUFFER = 4 * MiB
 # Overlay addresses whose proven sender key is remembered (LRU).
 MAX_REMEMBERED_SENDERS = 4096
-# The message stream: messages one connection may have unanswered (the
-# sender keeps to it). The receiver remembers as many answers per session,
-# which is what lets it repeat each one exactly after a reconnection.
+# The message stream: messages one connection may have unanswered. The
+# sender keeps to it; the receiver answers 503 to each message beyond it.
+# The receiver remembers as many answers per session, which is what lets it
+# repeat each one exactly after a reconnection.
 STREAM_WINDOW = 256
 # Sender sessions a receiver remembers (least recently used forgotten first).
 MAX_STREAM_SESSIONS = 1024
 # Destinations remembered as having no message stream port.
 MAX_UNSUPPORTED = 4096
+# MCP and A2A envelopes being dispatched to the local services at once
+# (each holds a task and its payload until the service answers), per sender
+# and for the node, counted and in bytes. Beyond them an envelope is answered
+# 503 at once: its sender's /send (or /mcp, /a2a call) reports the refusal.
+# One envelope always fits when its sender holds none (a single message of
+# max_message_size must pass).
+DISPATCHES_PER_PEER = 64
+DISPATCHES_PER_NODE = 256
+DISPATCH_BYTES_PER_PEER = 16 * MiB
+DISPATCH_BYTES_PER_NODE = 64 * MiB
 
 # --- a local client, on the bridge --------------------------------------------
 
@@ -109,3 +121,83 @@ class BudgetUse:
     limit: int
     in_use: int | None
     refused: int
+
+
+class PeerBudget:
+    """Items held for peers, and their bytes: limits per peer and for the node.
+
+    Sans-IO bookkeeping: `take` says whether one more item of `size` bytes
+    fits (and holds it when it does), `give` returns it. An item fits when
+    its peer and the node each hold fewer items than their limits and its
+    bytes fit under both byte limits; a peer holding nothing always gets
+    one item within the node's item limit, whatever its size, so a single
+    message of the largest allowed size is never refused for its size.
+    Only peers holding something have an entry.
+    """
+
+    def __init__(self, name: str, items_per_peer: int, items_per_node: int,
+                 bytes_per_peer: int, bytes_per_node: int) -> None:
+        self.name = name
+        self.items_per_peer = items_per_peer
+        self.items_per_node = items_per_node
+        self.bytes_per_peer = bytes_per_peer
+        self.bytes_per_node = bytes_per_node
+        self.items = 0
+        self.bytes = 0
+        self._held: dict[bytes, list[int]] = {}  # peer -> [items, bytes]
+        # (unit, scope) -> refusals that this limit was the first to cause
+        self.refused: Counter[tuple[str, str]] = Counter()
+
+    def take(self, peer: bytes, size: int) -> bool:
+        held = self._held.get(peer) or [0, 0]
+        refusal = self._refusal(held, size)
+        if refusal is not None:
+            self.refused[refusal] += 1
+            return False
+        held[0] += 1
+        held[1] += size
+        self._held[peer] = held
+        self.items += 1
+        self.bytes += size
+        return True
+
+    def _refusal(self, held: list[int], size: int) -> tuple[str, str] | None:
+        """The first limit that one more item of `size` bytes would break."""
+        if self.items >= self.items_per_node:
+            return ("items", "node")
+        if held[0] >= self.items_per_peer:
+            return ("items", "peer")
+        if held[0] == 0:
+            return None
+        if held[1] + size > self.bytes_per_peer:
+            return ("bytes", "peer")
+        if self.bytes + size > self.bytes_per_node:
+            return ("bytes", "node")
+        return None
+
+    def give(self, peer: bytes, size: int) -> None:
+        held = self._held[peer]
+        held[0] -= 1
+        held[1] -= size
+        self.items -= 1
+        self.bytes -= size
+        if not held[0]:
+            del self._held[peer]
+
+    def held_by(self, peer: bytes) -> int:
+        """Items `peer` holds now."""
+        held = self._held.get(peer)
+        return held[0] if held else 0
+
+    def usage(self) -> list[BudgetUse]:
+        most_items = max((held[0] for held in self._held.values()), default=0)
+        most_bytes = max((held[1] for held in self._held.values()), default=0)
+        refused = self.refused
+        return [
+            BudgetUse(self.name, "peer", self.items_per_peer, most_items, refused["items", "peer"]),
+            BudgetUse(self.name, "node", self.items_per_node, self.items, refused["items", "node"]),
+            BudgetUse(f"{self.name}_bytes", "peer", self.bytes_per_peer, most_bytes,
+                      refused["bytes", "peer"]),
+            BudgetUse(f"{self.name}_bytes", "node", self.bytes_per_node, self.bytes,
+                      refused["bytes", "node"]),
+        ]

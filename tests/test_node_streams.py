@@ -65,6 +65,29 @@ def test_refusals_come_back_per_message_on_the_stream():
     assert [event.handle for event in pair.take(0, Acknowledged)] == [second]
 
 
+def test_a_sender_ignoring_the_window_is_refused_beyond_it():
+    """A sender with a larger window than the protocol's (a hostile one):
+    the receiver hands the application STREAM_WINDOW messages and answers
+    each one beyond them 503, which its sender reports; nothing is lost."""
+    overrunning = dataclasses.replace(SETTINGS, stream_window=STREAM_WINDOW + 100)
+    pair = Pair((overrunning, SETTINGS))
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], b"o%d" % i, pair.now)
+               for i in range(STREAM_WINDOW + 40)]
+    pair.run(0.5)
+    inbound = pair.take(1, InboundMessage)
+    assert [event.payload for event in inbound] == [b"o%d" % i for i in range(STREAM_WINDOW)]
+    assert pair.cores[1].messages.streams.most_unanswered() == STREAM_WINDOW
+    refused = pair.take(0, SendFailed)
+    assert [event.handle for event in refused] == handles[STREAM_WINDOW:]
+    assert all(isinstance(event.error, ReceiverFull) for event in refused)
+    assert pair.cores[1].messages.streams.window_refused == 40
+    for event in inbound:
+        pair.cores[1].answer_inbound(event.handle, True, None, pair.now)
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == handles[:STREAM_WINDOW]
+
+
 def test_a_receiver_without_streams_gets_one_connection_per_message():
     pair = Pair((SETTINGS, NO_STREAMS))
     pair.run(3.0)

@@ -30,7 +30,7 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from axl.budgets import MAX_REMEMBERED_SENDERS
+from axl.budgets import MAX_REMEMBERED_SENDERS, STREAM_WINDOW
 from axl.config import NodeConfig
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
@@ -46,8 +46,8 @@ from axl.tcp.stack import TcpStack
 log = logging.getLogger("axl.transport")
 
 WRITE_CHUNK = 1 << 20
-REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
-                  "or the message exceeds its max_message_size")
+REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit or its budget for "
+                  "our MCP/A2A messages, or the message exceeds its max_message_size")
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,10 @@ class MessageSettings:
     idle_timeout: float = 300.0
     stream_port: int = 7001
     streams: bool = True
+    # Messages a stream sender keeps unanswered. Receivers refuse (503) what
+    # comes beyond their STREAM_WINDOW, so only a test playing a sender that
+    # ignores the window sets more.
+    stream_window: int = STREAM_WINDOW
 
     @classmethod
     def from_config(cls, config: NodeConfig) -> MessageSettings:
@@ -178,7 +182,6 @@ class MessageLayer:
             self._advance(stream, now)
             return
         if not accepted:
-            log.warning("receive queue full: refused a message from %s", stream.peer_key.hex())
             self._abort(stream)
             return
         if reply is not None:

@@ -4,9 +4,9 @@
 connections for the message layer. A sender keeps one `_Link` per
 destination: one session, its connection (opened again, with the same
 session, when it breaks with messages outstanding), and the handle of every
-message waiting for its acknowledgement. A receiver's `_InboundStream` hands one
-message at a time to the application and writes each answer back as an
-acknowledgement.
+message waiting for its acknowledgement. A receiver's `_InboundStream` hands
+the messages to the application as they arrive, at most STREAM_WINDOW of
+them unanswered, and writes each answer back as an acknowledgement.
 
 A destination whose stream port resets the SYN (a Go node, or one of ours
 with `message_streams` false) is remembered for `UNSUPPORTED_TTL` seconds:
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from axl.budgets import MAX_UNSUPPORTED
+from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key
@@ -68,6 +68,8 @@ MAX_REOPENS = 2
 # resets (on a message stream and on a one-message connection alike).
 LAST_ACK_WAIT = 10.0
 MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
+# What a 503 on the stream means (the receiver's log says which).
+STREAM_REFUSAL_CAUSES = "its receive queue is full, or it is at its budget for our MCP/A2A messages"
 
 Fallback = Callable[[bytes, bytes, float, int], None]
 
@@ -112,6 +114,7 @@ class _InboundStream:
     ended: bool = False
     deadline: float | None = None
     partial_since: float | None = None
+    overran: bool = False  # the sender went beyond STREAM_WINDOW (logged once)
 
 
 class MessageStreams:
@@ -136,6 +139,7 @@ class MessageStreams:
         # handle -> (destination, body) of bodies arriving too slowly to hold a stream up
         self._gathering: dict[int, tuple[bytes, StreamedBody]] = {}
         self._timers: Deadlines[_Link | _InboundStream] = Deadlines()
+        self.window_refused = 0  # messages refused beyond a stream's STREAM_WINDOW
         if self.enabled:
             stack.listen(settings.stream_port)
 
@@ -165,7 +169,8 @@ class MessageStreams:
     def _submit(self, dest: bytes, payload: bytes, handle: int, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
-            link = self._links[dest] = _Link(dest, StreamSender(self._rng.getrandbits(64)))
+            sender = StreamSender(self._rng.getrandbits(64), self.settings.stream_window)
+            link = self._links[dest] = _Link(dest, sender)
         if link.conn is None:
             self._connect(link, now)
         seq = link.sender.submit(payload)
@@ -326,7 +331,7 @@ class MessageStreams:
                 self._events.append(Acknowledged(handle))
             elif ack.status == STATUS_REFUSED:
                 self._events.append(SendFailed(handle, ReceiverFull(
-                    f"{link.dest.hex()} refused the message: its receive queue is full")))
+                    f"{link.dest.hex()} refused the message: {STREAM_REFUSAL_CAUSES}")))
             else:
                 self._events.append(SendFailed(handle, MessageTooLarge(
                     f"the message exceeds the max_message_size of {link.dest.hex()}")))
@@ -489,8 +494,11 @@ class MessageStreams:
 
     def _advance(self, stream: _InboundStream, now: float) -> None:
         """Answer repeats at once and hand every new message to the application
-        (in order, all together: their answers then leave in one write). The
-        bytes count as read, reopening TCP's window, once all are answered."""
+        (in order, all together: their answers then leave in one write), but
+        never more than STREAM_WINDOW unanswered: a sender keeping to the
+        window never has more on the wire, so one beyond it is answered 503
+        at once. The bytes count as read, reopening TCP's window, once all
+        are answered."""
         if stream.paused or stream.ended:
             return
         receiver = stream.receiver
@@ -498,6 +506,9 @@ class MessageStreams:
             event = stream.queue.popleft()
             if isinstance(event, Answered):
                 stream.out += receiver.answer(event.seq, event.status)
+                continue
+            if len(stream.in_flight) >= STREAM_WINDOW:
+                self._refuse_over_window(stream, event.seq)
                 continue
             handle = next(self._handles)
             stream.in_flight[handle] = event.seq
@@ -518,14 +529,27 @@ class MessageStreams:
         elif not stream.closing:
             self._set_deadline(stream, now + self.settings.idle_timeout)
 
+    def _refuse_over_window(self, stream: _InboundStream, seq: int) -> None:
+        self.window_refused += 1
+        if not stream.overran:
+            stream.overran = True
+            log.warning("message stream from %s: more than %d messages unanswered (its sender "
+                        "ignores the window): refusing each one beyond it (503)",
+                        stream.receiver.peer.hex()[:16], STREAM_WINDOW)
+        stream.out += stream.receiver.answer(seq, STATUS_REFUSED)
+
+    def most_unanswered(self) -> int:
+        """Messages unanswered on the inbound stream that has the most (its
+        STREAM_WINDOW budget in use)."""
+        return max((len(owner.in_flight) for owner in self._by_conn.values()
+                    if isinstance(owner, _InboundStream)), default=0)
+
     def answer(self, handle: int, accepted: bool, now: float) -> bool:
         """The application's verdict on an inbound message; False if not ours."""
         stream = self._answers.pop(handle, None)
         if stream is None:
             return False
         seq = stream.in_flight.pop(handle)
-        if not accepted:
-            log.warning("receive queue full: refused a message from %s", stream.receiver.peer.hex()[:16])
         ack = stream.receiver.answer(seq, STATUS_QUEUED if accepted else STATUS_REFUSED)
         if stream.ended:
             if not stream.in_flight:
