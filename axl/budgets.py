@@ -3,7 +3,14 @@
 Anything another party can make this node buffer, run or remember has its
 limit here, per peer (or per link, stream or client connection) and per
 node, so that one file answers "how much can they cost us?". The layers
-import their limits from this module.
+import their limits from this module. docs/security.md lists every input
+with its budget, what happens beyond it and the test that shows it; GET
+/metrics shows each budget's limit, what is in use and how often it refused
+(`axl_budget_limit`, `axl_budget_in_use`, `axl_budget_refused_total`).
+
+What a budget refuses, it refuses visibly: a 503 that the sender reports, a
+link closed with a log line, reading paused until the client reads. Nothing
+already acknowledged is dropped.
 
 The protocol's own limits (frame and meta lengths, timers) are in
 docs/protocol.md, section 13; the config fields that size some budgets
@@ -14,6 +21,7 @@ docs/operations.md.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from axl.wire import MAX_FRAME
@@ -201,3 +209,21 @@ class PeerBudget:
             BudgetUse(f"{self.name}_bytes", "node", self.bytes_per_node, self.bytes,
                       refused["bytes", "node"]),
         ]
+
+
+UsageReader = Callable[[], Iterable[BudgetUse]]
+
+
+class BudgetBoard:
+    """Where /metrics reads every budget of one node: each part that keeps
+    budgets (the node core, the node's driver, the bridge) adds a reader of
+    its use. Readers run at scrape time only; the hot path just counts."""
+
+    def __init__(self) -> None:
+        self._readers: list[UsageReader] = []
+
+    def add(self, reader: UsageReader) -> None:
+        self._readers.append(reader)
+
+    def usage(self) -> list[BudgetUse]:
+        return [use for reader in self._readers for use in reader()]

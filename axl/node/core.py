@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from axl import __version__, routing, sessions
+from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, STREAM_WINDOW, BudgetUse
 from axl.core import IPV6_HEAD, Core, DeliverIPv6, SendMessage
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
@@ -160,6 +161,21 @@ class NodeCore:
 
     def next_event(self) -> MessageEvent | None:
         return self.messages.next_event()
+
+    def budget_use(self) -> list[BudgetUse]:
+        """The budgets the protocol layers keep (read at scrape time)."""
+        router, sessions, stack = self.router, self.sessions, self.stack
+        return [
+            BudgetUse("tree_entries", "peer", MAX_INFOS_PER_PEER, router.most_infos_from_one_peer(),
+                      router.infos_refused),
+            BudgetUse("lookups_burst", "peer", int(LOOKUP_BURST), None, router.lookups_dropped),
+            BudgetUse("sessions", "node", sessions.max_sessions, len(sessions.session_keys()),
+                      sessions.evicted),
+            BudgetUse("overlay_connections", "node", stack.max_connections, stack.accepted_count(),
+                      stack.refused_over_cap),
+            BudgetUse("stream_window", "stream", STREAM_WINDOW, self.messages.streams.most_unanswered(),
+                      self.messages.streams.window_refused),
+        ]
 
     def abort_all(self, now: float) -> None:
         """Reset every message connection (the node is stopping)."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from typing import Protocol
 
 from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPATCHES_PER_NODE,
-                         DISPATCHES_PER_PEER, PeerBudget)
+                         DISPATCHES_PER_PEER, LINK_QUEUE_BYTES, WS_MAX_MESSAGE, BudgetBoard, BudgetUse,
+                         PeerBudget)
 from axl.config import ConfigError, NodeConfig
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
@@ -96,6 +98,11 @@ class Node:
                                      DISPATCH_BYTES_PER_PEER, DISPATCH_BYTES_PER_NODE)
         self._dispatch_refusals = 0  # since the last log line about them
         self._next_refusal_log = 0.0
+        self.inbox_refused: Counter[str] = Counter()  # by budget: messages or bytes
+        self._closed_links_dropped = 0  # frames their queues dropped, of links now down
+        self.budgets = BudgetBoard()
+        self.budgets.add(self.core.budget_use)
+        self.budgets.add(self._budget_use)
 
     # -- moving output out of the core ----------------------------------
 
@@ -177,6 +184,7 @@ class Node:
     def link_down(self, link: Link, reason: str) -> None:
         self.stats.link_down(link.remote_key, link.link_id, reason, time.time())
         if self.links.pop(link.link_id, None) is not None:
+            self._closed_links_dropped += link.dropped_frames
             self.core.link_down(link.link_id, time.monotonic())
             self._drain()
 
@@ -302,6 +310,8 @@ class Node:
         """Into the inbox: the reply to write back (an envelope of a switched-off
         adapter is told so), None for none, or False when the inbox refused it."""
         if not self.inbox.put(sender, message):
+            full = len(self.inbox) >= self.inbox.max_messages
+            self.inbox_refused["recv_queue" if full else "recv_queue_bytes"] += 1
             log.warning("receive queue full: refused a message from %s", sender.hex()[:16])
             return False
         handler = self.inbound_handler
@@ -335,6 +345,21 @@ class Node:
 
     def session_count(self) -> int:
         return len(self.core.sessions.session_keys())
+
+    def _budget_use(self) -> list[BudgetUse]:
+        """The budgets this driver keeps: dispatches, the inbox, the links."""
+        inbox, links = self.inbox, list(self.links.values())
+        return [
+            *self.dispatches.usage(),
+            BudgetUse("recv_queue", "node", inbox.max_messages, len(inbox), self.inbox_refused["recv_queue"]),
+            BudgetUse("recv_queue_bytes", "node", inbox.max_bytes, inbox.queued_bytes,
+                      self.inbox_refused["recv_queue_bytes"]),
+            BudgetUse("link_queue_bytes", "link", LINK_QUEUE_BYTES,
+                      max((link.queued_bytes for link in links), default=0),
+                      self._closed_links_dropped + sum(link.dropped_frames for link in links)),
+            BudgetUse("ws_message_bytes", "link", WS_MAX_MESSAGE, None,
+                      self.link_manager.refusals["ws_message_bytes"]),
+        ]
 
     def _peer_list(self) -> list[dict]:
         peers = []

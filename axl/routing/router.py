@@ -155,6 +155,7 @@ class Router:
         self._do_root1 = False
         self._do_root2 = False
         self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
+        self.infos_refused = 0  # new keys from a peer at its MAX_INFOS_PER_PEER
         self.oversized_dropped = 0  # frames we built over MAX_FRAME
         self._pathfinder = Pathfinder(self, wall_clock)
         self._become_root()
@@ -284,6 +285,11 @@ class Router:
     def info_count(self) -> int:
         return len(self.infos)
 
+    def most_infos_from_one_peer(self) -> int:
+        """Infos first learned from the peer that gave us the most (its
+        MAX_INFOS_PER_PEER budget in use)."""
+        return max(self._origin_counts.values(), default=0)
+
     def peer_keys(self) -> list[bytes]:
         return list(self._peers)
 
@@ -375,6 +381,7 @@ class Router:
             raise BadSignature("Announce signature does not verify")
         peer = self._peers[link.key]
         if ann.key not in self.infos and self._origin_counts[peer.key] >= MAX_INFOS_PER_PEER:
+            self.infos_refused += 1
             return
         if self._update(ann, origin=peer.key):
             if ann.key == self.key:

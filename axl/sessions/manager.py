@@ -157,9 +157,14 @@ class SessionManager:
         self._max_sessions = max_sessions
         self._max_buffers = max_buffers
         self.dropped: Counter[str] = Counter()
+        self.evicted = 0  # sessions forgotten to make room (table at max_sessions)
 
     def session_keys(self) -> list[bytes]:
         return list(self._sessions)
+
+    @property
+    def max_sessions(self) -> int:
+        return self._max_sessions
 
     def send(self, dest_key: bytes, message: bytes, now: float, *, head: bytes = b"") -> list[Action]:
         """Seal `head` + `message` for `dest_key`. A short `head` (the layer
@@ -218,6 +223,7 @@ class SessionManager:
     def _store_session(self, session: _Session) -> None:
         while len(self._sessions) >= self._max_sessions:
             evicted, _ = self._sessions.popitem(last=False)
+            self.evicted += 1
             log.debug("session table full, evicting %s", evicted.hex())
         self._sessions[session.remote] = session
 
