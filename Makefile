@@ -69,7 +69,7 @@ bench-sim: $(BIN)/axl-node
 clean:
 	rm -rf .axl-testnet .pytest_cache build *.egg-info
 
-.PHONY: fuzz fuzz-api chaos soak
+.PHONY: fuzz fuzz-api chaos soak hostile
 
 # Every decoder and state machine fed by the network, with 20,000 random and
 # mutated inputs each instead of the suite's 200 (FUZZ_EXAMPLES=... to change).
@@ -88,3 +88,8 @@ chaos: $(BIN)/axl-node
 # 10 minutes of steady traffic on 5 nodes; RSS and open fds sampled each minute.
 soak: $(BIN)/axl-node
 	$(PY) -m axl.chaos soak --duration 600 --interval 60
+
+# Three attacks on a node's budgets (a giant ws:// message, a window-ignoring
+# MCP flood, pipelined requests never read): RSS growth and /health latency.
+hostile: $(BIN)/axl-node
+	$(PY) -m axl.chaos hostile

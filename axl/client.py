@@ -48,6 +48,8 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 
+from axl.budgets import WS_MAX_WINDOW
+
 DEFAULT_URL = "http://127.0.0.1:9002"
 DEFAULT_TIMEOUT = 60.0
 # How much longer than the bridge's own wait an HTTP request may take.
@@ -61,10 +63,9 @@ HEARTBEAT_SECONDS = 30.0
 # Sends a blocking /ws stream keeps unacknowledged before start_send waits
 # (the node itself stops reading at 256 frames awaiting their ack).
 SEND_WINDOW = 1024
-# The bridge's limits (SPEC: /recv's wait, /ws's window): a value outside them
-# is refused here, before a request, with the reason.
+# The bridge's limits (SPEC: /recv's wait, and /ws's window, WS_MAX_WINDOW): a
+# value outside them is refused here, before a request, with the reason.
 MAX_RECV_WAIT = 300.0
-MAX_WINDOW = 1024
 # What the bridge says when a second receiver asks; the WebSocket handshake
 # gives the client the status only.
 RECEIVER_TAKEN = "another /ws connection is receiving this node's messages"
@@ -215,8 +216,8 @@ def _recv_wait(wait: float) -> float:
 
 
 def _window(window: int) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be an integer between 1 and {MAX_WINDOW}; got {window!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= WS_MAX_WINDOW:
+        raise ValueError(f"window must be an integer between 1 and {WS_MAX_WINDOW}; got {window!r}")
     return window
 
 

@@ -19,11 +19,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
 
+from axl.budgets import DISCARD_MAX
 from axl.errors import MessageTooLarge
 
 READ_CHUNK = 1 << 20
-# At most this many bytes of an oversized body are read and discarded.
-DISCARD_MAX = 64 << 20
 
 
 class BodyTimeout(Exception):

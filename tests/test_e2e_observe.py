@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_INFOS_PER_PEER, MAX_READ_AHEAD,
+                         STREAM_WINDOW, WS_MAX_MESSAGE)
 from nodes import Cluster, NodeProcess, metric_samples, wait_until
 
 UNKNOWN_PEER = "cd" * 32
@@ -104,6 +106,28 @@ def test_recv_queue_gauges_follow_the_queue(trio) -> None:
     drained = scrape(c)
     assert value(drained, "axl_recv_queue_messages") == 0
     assert value(drained, "axl_recv_queue_bytes") == 0
+
+
+def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
+    _, b, c = trio
+    assert b.send(c.peer_id, b"q" * 700)[0] == 200
+    metrics = scrape(c)
+    limits = {labels: sample for (name, labels), sample in metrics.items() if name == "axl_budget_limit"}
+    refused = {labels for (name, labels), _ in metrics.items() if name == "axl_budget_refused_total"}
+    expected = {
+        ("inbound_dispatches", "peer"): DISPATCHES_PER_PEER, ("inbound_dispatches", "node"): DISPATCHES_PER_NODE,
+        ("stream_window", "stream"): STREAM_WINDOW, ("overlay_connections", "node"): 128,
+        ("recv_queue", "node"): 1024, ("tree_entries", "peer"): MAX_INFOS_PER_PEER,
+        ("ws_message_bytes", "link"): WS_MAX_MESSAGE, ("bridge_read_ahead_bytes", "connection"): MAX_READ_AHEAD,
+    }
+    for (budget, scope), limit in expected.items():
+        labels = (("budget", budget), ("scope", scope))
+        assert limits[labels] == limit and labels in refused, (budget, scope)
+    assert set(limits) == refused
+    assert value(metrics, "axl_budget_in_use", budget="recv_queue", scope="node") == 1
+    assert value(metrics, "axl_budget_in_use", budget="recv_queue_bytes", scope="node") == 700
+    assert value(metrics, "axl_budget_in_use", budget="sessions", scope="node") >= 1
+    assert c.recv(5)[2] == b"q" * 700
 
 
 def test_dashboard_json_describes_the_node(trio) -> None:

@@ -9,57 +9,24 @@ import json
 import random
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from axl.adapters.envelopes import encode_mcp_request
+from axl.budgets import MAX_INFOS_PER_PEER
 from axl.chaos import BitFlipper, FrameReplayer, ProxyHub, Reorderer
+from axl.chaos.hostile import StalledRouter
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity, address_for_key
 from axl.link.framing import encode_frame
 from axl.link.meta import encode_meta, meta_bytes_needed
 from axl.node import Node
 from axl.routing.frames import TYPE_ANNOUNCE, Announce, sig_bytes
-from axl.routing.router import MAX_INFOS_PER_PEER
 from axl.tcp.framing import encode_message
 from nodes import Cluster, free_port, up_peers, wait_until
 
 FLOOD_SIZE = MAX_INFOS_PER_PEER + 300
-
-
-class StalledRouter:
-    """An MCP router that holds every /route request until released, keeping overlay connections open."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.arrived = 0
-        router = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                router.arrived += 1
-                router.release.wait(30)
-                body = b'{"response": null, "error": "released"}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_connections_over_max_concurrent_conns_are_refused(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 import vectors
+from axl.budgets import WS_MAX_MESSAGE
 from axl.identity import NodeIdentity
 from axl.link import socks
 from axl.link.connection import LinkSettings
@@ -152,6 +153,25 @@ async def test_quic_writer_waits_for_acknowledgements_instead_of_buffering() -> 
         del link.datagram_received
         await _until(lambda: len(received) == 5 + 128 * len(chunk), 30)
         await _until(lambda: not source.paused, 5)
+    finally:
+        source.transport.abort()
+        listener.close()
+        await listener.wait_closed()
+
+
+async def test_a_ws_write_larger_than_a_message_may_be_arrives_whole() -> None:
+    """What our side writes in one go leaves as messages of at most one frame,
+    so a listener holding peers to WS_MAX_MESSAGE takes it all."""
+    from axl.link import websocket
+
+    received = bytearray()
+    listener = await listen(parse_listen_uri("ws://127.0.0.1:0"), lambda: _Sink(received), _settings())
+    source = await websocket.dial(parse_peer_uri(f"ws://127.0.0.1:{listener.port}"), _Source, _settings())
+    try:
+        data = os.urandom(3 * WS_MAX_MESSAGE)
+        source.transport.write(data)
+        await _until(lambda: len(received) == len(data), 10)
+        assert received == data
     finally:
         source.transport.abort()
         listener.close()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from axl.budgets import STREAM_WINDOW
 from axl.node.msgstream import (
     BODY_BATCH_BYTES,
     STATUS_QUEUED,
     STATUS_REFUSED,
     STATUS_TOO_LARGE,
-    WINDOW_MESSAGES,
     Ack,
     Answered,
     Hello,
@@ -179,7 +179,7 @@ def test_an_ack_for_nothing_outstanding_is_refused() -> None:
 
 
 def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> None:
-    """The receiver remembers the last WINDOW_MESSAGES answers of a session;
+    """The receiver remembers the last STREAM_WINDOW answers of a session;
     a repeat older than that is taken as queued. So the sender never has
     more than that many messages on the wire unanswered: the rest wait in it
     until acknowledgements make room, and a refusal is repeated as one."""
@@ -187,11 +187,11 @@ def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> N
     sender = StreamSender(session_id=9)
     first = StreamReceiver(table, PEER, max_message_size=100)
     feed(first, sender.start_connection())
-    count = WINDOW_MESSAGES + 10
+    count = STREAM_WINDOW + 10
     for number in range(count):
         sender.submit(b"m%d" % number)
     delivered = [event for event in feed(first, sender.take_output()) if isinstance(event, Message)]
-    assert [event.seq for event in delivered] == list(range(1, WINDOW_MESSAGES + 1))
+    assert [event.seq for event in delivered] == list(range(1, STREAM_WINDOW + 1))
     # The receiver's queue was full for the first: it was refused, and the
     # connection broke before any acknowledgement reached the sender.
     for event in delivered:
@@ -199,12 +199,12 @@ def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> N
     second = StreamReceiver(table, PEER, max_message_size=100)
     events = feed(second, sender.start_connection())
     assert events[:2] == [Hello(9), Answered(1, STATUS_REFUSED)]
-    assert all(isinstance(event, Answered) for event in events[1:]) and len(events) == WINDOW_MESSAGES + 1
+    assert all(isinstance(event, Answered) for event in events[1:]) and len(events) == STREAM_WINDOW + 1
     # Acknowledgements make room: the ten that waited go out, numbered in order.
     acks = sender.receive(b"".join(second.answer(event.seq, event.status) for event in events[1:]))
-    assert acks[0] == Ack(1, STATUS_REFUSED) and len(acks) == WINDOW_MESSAGES
+    assert acks[0] == Ack(1, STATUS_REFUSED) and len(acks) == STREAM_WINDOW
     later = [event.seq for event in feed(second, sender.take_output()) if isinstance(event, Message)]
-    assert later == list(range(WINDOW_MESSAGES + 1, count + 1))
+    assert later == list(range(STREAM_WINDOW + 1, count + 1))
     assert len(sender.unacked) == 10
 
 

@@ -18,6 +18,8 @@ from axl.node.messages import (
     Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
 )
 from axl.routing.frames import split_frame
+from axl.node.streams import SENDER_IDLE
+from axl.sessions.manager import SESSION_TIMEOUT
 
 SETTINGS = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
 
@@ -141,3 +143,27 @@ def test_nodeinfo_reply_names_this_build() -> None:
     core = NodeCore(NodeIdentity.from_seed(bytes([3]) * 32), SETTINGS, 0.0, rng=random.Random(3))
     [reply] = core.core.handle(bytes(32), nodeinfo_request(), 0.0)
     assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__}
+
+
+def test_a_failing_router_tick_does_not_starve_the_other_layers(pair, monkeypatch, caplog):
+    """The router's tick raising every second must not stop the session
+    table's: an idle session still expires on time, and the failure is
+    logged once with its traceback, not once a second."""
+    core = pair.cores[0]
+    core.send_message(pair.keys[1], b"hello", pair.now)
+    pair.run(1.0)
+    [inbound] = pair.take(1, InboundMessage)
+    pair.cores[1].answer_inbound(inbound.handle, True, None, pair.now)
+    pair.run(1.0)
+    assert core.sessions.session_keys() == [pair.keys[1]]
+
+    def broken_tick(now: float) -> list:
+        raise RuntimeError("router bug")
+
+    monkeypatch.setattr(core.router, "tick", broken_tick)
+    with caplog.at_level("ERROR", logger="axl.node"):
+        pair.run(SENDER_IDLE + SESSION_TIMEOUT + 5.0)  # the stream closes idle, then the session expires
+    assert core.sessions.session_keys() == []
+    tracebacks = [record for record in caplog.records if record.exc_info]
+    assert len(tracebacks) == 1 and "router maintenance tick failed" in tracebacks[0].getMessage()
+    assert core.tick_failures["router"] >= SESSION_TIMEOUT

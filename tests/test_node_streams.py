@@ -8,9 +8,9 @@ import dataclasses
 
 from test_node_core import SETTINGS, Pair
 
+from axl.budgets import STREAM_WINDOW
 from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
-from axl.node.msgstream import WINDOW_MESSAGES
 from axl.node.streams import BODY_HOLD
 from axl.routing.frames import split_frame
 from axl.tcp.connection import TcpConfig
@@ -63,6 +63,29 @@ def test_refusals_come_back_per_message_on_the_stream():
     [failed] = pair.take(0, SendFailed)
     assert failed.handle == first and isinstance(failed.error, ReceiverFull)
     assert [event.handle for event in pair.take(0, Acknowledged)] == [second]
+
+
+def test_a_sender_ignoring_the_window_is_refused_beyond_it():
+    """A sender with a larger window than the protocol's (a hostile one):
+    the receiver hands the application STREAM_WINDOW messages and answers
+    each one beyond them 503, which its sender reports; nothing is lost."""
+    overrunning = dataclasses.replace(SETTINGS, stream_window=STREAM_WINDOW + 100)
+    pair = Pair((overrunning, SETTINGS))
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], b"o%d" % i, pair.now)
+               for i in range(STREAM_WINDOW + 40)]
+    pair.run(0.5)
+    inbound = pair.take(1, InboundMessage)
+    assert [event.payload for event in inbound] == [b"o%d" % i for i in range(STREAM_WINDOW)]
+    assert pair.cores[1].messages.streams.most_unanswered() == STREAM_WINDOW
+    refused = pair.take(0, SendFailed)
+    assert [event.handle for event in refused] == handles[STREAM_WINDOW:]
+    assert all(isinstance(event.error, ReceiverFull) for event in refused)
+    assert pair.cores[1].messages.streams.window_refused == 40
+    for event in inbound:
+        pair.cores[1].answer_inbound(event.handle, True, None, pair.now)
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == handles[:STREAM_WINDOW]
 
 
 def test_a_receiver_without_streams_gets_one_connection_per_message():
@@ -123,17 +146,17 @@ def test_a_refusal_among_more_messages_than_the_window_is_reported_after_a_break
     not as delivered (the sender keeps the rest back until there is room)."""
     pair = Pair()
     pair.run(3.0)
-    count = WINDOW_MESSAGES + 20
+    count = STREAM_WINDOW + 20
     handles = [pair.cores[0].send_message(pair.keys[1], b"w%d" % i, pair.now) for i in range(count)]
     pair.run(0.5)
     inbound = pair.take(1, InboundMessage)
-    assert len(inbound) == WINDOW_MESSAGES
+    assert len(inbound) == STREAM_WINDOW
     [conn] = stream_connections(pair, 1)
     conn.abort()
     pair.run(1.0)
     for event in inbound:
         pair.cores[1].answer_inbound(event.handle, event is not inbound[0], None, pair.now)
-    assert answer_all(pair) == [b"w%d" % i for i in range(WINDOW_MESSAGES, count)]
+    assert answer_all(pair) == [b"w%d" % i for i in range(STREAM_WINDOW, count)]
     pair.run(1.0)
     [refused] = pair.take(0, SendFailed)
     assert refused.handle == handles[0] and isinstance(refused.error, ReceiverFull)

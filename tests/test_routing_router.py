@@ -263,7 +263,7 @@ def test_deliver_and_pathfound_actions_are_plain_data():
 
 
 def test_a_peer_flooding_lookups_is_held_to_its_budget():
-    from axl.routing.router import LOOKUP_BURST, LOOKUP_RATE
+    from axl.budgets import LOOKUP_BURST, LOOKUP_RATE
 
     net = Network(3, seed=12)
     net.line()

@@ -13,7 +13,10 @@ sends and receives never loads them.
 Every wait is bounded: a head must arrive within the read timeout of the
 connection opening (or of its first byte after an idle spell), a body
 within the read timeout of its head, and an idle connection closes after
-KEEPALIVE_TIMEOUT.
+KEEPALIVE_TIMEOUT. So is what a client can make it hold: bytes read ahead
+of the request being answered (pipelined requests, or a client that does
+not read its answers) stop the reading at MAX_READ_AHEAD per connection,
+and at READ_AHEAD_PER_NODE for all connections together (axl.budgets).
 """
 
 from __future__ import annotations
@@ -28,16 +31,20 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.http1 import (HEAD_END, MAX_HEAD, Answer, HttpDate, RequestHead, parse_head, render_head,
+from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
+from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
 from axl.observe.httpstats import HttpStats
 
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
 KEEPALIVE_TIMEOUT = 75.0
-# Bytes read ahead of the request being answered before reading pauses.
-MAX_READ_AHEAD = 1 << 20
+# A buffer of read-ahead is compacted once this much of it has been served.
+COMPACT_AFTER = 64 << 10
+# Pipelined requests served one after another before the event loop gets a
+# turn: 64 connections pipelining /topology at 32 each held /health 1.7 s.
+REQUESTS_PER_TURN = 8
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives
@@ -64,6 +71,17 @@ class FrontDoor:
     metrics: Callable[[], tuple[bytes, str]]
     connections: set[BridgeConnection] = field(default_factory=set)
     date: HttpDate = field(default_factory=HttpDate)
+    # bytes read and not yet served, all connections together
+    read_ahead: int = 0
+    # times a connection's reading paused at its own budget, or at the node's
+    held_back: dict[str, int] = field(default_factory=lambda: {"connection": 0, "node": 0})
+
+    def budget_use(self) -> list[BudgetUse]:
+        most = max((len(connection.ahead) for connection in self.connections), default=0)
+        return [BudgetUse("bridge_read_ahead_bytes", "connection", MAX_READ_AHEAD, most,
+                          self.held_back["connection"]),
+                BudgetUse("bridge_read_ahead_bytes", "node", READ_AHEAD_PER_NODE, self.read_ahead,
+                          self.held_back["node"])]
 
     def busy(self) -> bool:
         """Whether a request the front door serves is still being answered."""
@@ -72,6 +90,80 @@ class FrontDoor:
     def close_all(self) -> None:
         for connection in list(self.connections):
             connection.close()
+
+
+class ReadAhead:
+    """Bytes read from one client and not yet served, with the door's total
+    kept in step.
+
+    One buffer with a read offset: serving a request off the front costs the
+    request's length, not the buffer's (slicing the rest of an immutable
+    buffer after each request, and concatenating each read onto all of it,
+    made a client pipelining small requests cost time quadratic in what it
+    had sent). Data that arrives while nothing waits is kept as it came,
+    uncopied. The search for a head's end resumes where the last one stopped.
+    """
+
+    def __init__(self, door: FrontDoor) -> None:
+        self._door = door
+        self._data: bytes | bytearray = b""
+        self._pos = 0
+        self._searched = 0  # no head ends before this offset
+
+    def __len__(self) -> int:
+        return len(self._data) - self._pos
+
+    def append(self, data: bytes) -> None:
+        self._door.read_ahead += len(data)
+        if not len(self):
+            self._data, self._pos, self._searched = data, 0, 0
+            return
+        if isinstance(self._data, bytes):
+            self._data = bytearray(memoryview(self._data)[self._pos:])
+            self._searched -= self._pos
+            self._pos = 0
+        self._data += data
+
+    def head_length(self) -> int | None:
+        """The length of the whole request head at the front (its final blank
+        line not counted), or None while its end has not arrived."""
+        end = self._data.find(HEAD_END, max(self._pos, self._searched))
+        if end < 0:
+            self._searched = max(self._pos, len(self._data) - len(HEAD_END) + 1)
+            return None
+        return end - self._pos
+
+    def starts_like_a_request(self) -> bool:
+        return self._data[self._pos:self._pos + 1].isupper()
+
+    def peek(self, length: int) -> bytes:
+        return bytes(self._data[self._pos:self._pos + length])
+
+    def take(self, length: int) -> bytes:
+        if self._pos == 0 and length == len(self._data) and isinstance(self._data, bytes):
+            data = self._data
+        else:
+            data = self.peek(length)
+        self.skip(length)
+        return data
+
+    def take_all(self) -> bytes:
+        return self.take(len(self))
+
+    def skip(self, length: int) -> None:
+        self._door.read_ahead -= length
+        self._pos += length
+        if self._pos == len(self._data):
+            self._data, self._pos, self._searched = b"", 0, 0
+        elif (self._pos >= COMPACT_AFTER and self._pos * 2 >= len(self._data)
+              and isinstance(self._data, bytearray)):
+            del self._data[:self._pos]
+            self._searched = max(0, self._searched - self._pos)
+            self._pos = 0
+
+    def release(self) -> None:
+        """The connection closed: what it held no longer counts."""
+        self.skip(len(self))
 
 
 class _State(enum.Enum):
@@ -90,7 +182,7 @@ class BridgeConnection(asyncio.Protocol):
         self.door = door
         self.transport: asyncio.Transport | None = None
         self._state = _State.HEAD
-        self._buffer = b""
+        self.ahead = ReadAhead(door)
         self._head: RequestHead | None = None
         self._started = 0.0
         self._body: list[bytes] = []
@@ -104,6 +196,7 @@ class BridgeConnection(asyncio.Protocol):
         self._idle = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._advancing = False
+        self._advance_scheduled = False
         self._reading_paused = False
         self._writing_paused = False
         self._close_after_answer = False
@@ -128,11 +221,10 @@ class BridgeConnection(asyncio.Protocol):
         elif state is _State.BODY:
             self._body_received(data)
         elif state is not _State.CLOSED:
-            self._buffer = self._buffer + data if self._buffer else data
-            if state is _State.HEAD:
+            self.ahead.append(data)
+            if state is _State.HEAD and not self._advance_scheduled:
                 self._advance()
-            elif len(self._buffer) > MAX_READ_AHEAD:
-                self._pause_reading()
+            self._hold_back_over_budget()
 
     def eof_received(self) -> bool | None:
         """A client that half-closes has left (as the full application takes it
@@ -144,6 +236,7 @@ class BridgeConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_outgoing()
         self._state = _State.CLOSED
+        self.ahead.release()
         self._deadline = None
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -175,30 +268,44 @@ class BridgeConnection(asyncio.Protocol):
     # -- reading requests --------------------------------------------------
 
     def _advance(self) -> None:
-        """Serve the buffered requests in order until one has to wait."""
+        """Serve the buffered requests in order until one has to wait, at
+        most REQUESTS_PER_TURN of them before the event loop gets a turn: a
+        client pipelining requests whose answers the kernel takes (it buffers
+        megabytes on loopback) held the loop for seconds, and every other
+        connection with it."""
         if self._advancing:
             return
         self._advancing = True
         try:
-            while self._state is _State.HEAD and not self._writing_paused:
-                if not self._next_request():
+            for _ in range(REQUESTS_PER_TURN):
+                if self._state is not _State.HEAD or self._writing_paused or not self._next_request():
                     return
+            self._advance_next_turn()
         finally:
             self._advancing = False
 
+    def _advance_next_turn(self) -> None:
+        if not self._advance_scheduled:
+            self._advance_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_advance)
+
+    def _scheduled_advance(self) -> None:
+        self._advance_scheduled = False
+        self._advance()
+
     def _next_request(self) -> bool:
         """Start the next buffered request; False when there is none yet."""
-        buffer = self._buffer
-        end = buffer.find(HEAD_END)
-        if end < 0:
+        ahead = self.ahead
+        length = ahead.head_length()
+        if length is None:
             self._await_head()
             return False
-        head = parse_head(buffer[:end]) if end <= MAX_HEAD else None
+        head = parse_head(ahead.peek(length)) if length <= MAX_HEAD else None
         route = self._route_for(head)
         if route is None:
             self._hand_off()
             return False
-        self._buffer = buffer[end + len(HEAD_END):]
+        ahead.skip(length + len(HEAD_END))
         self._head = head
         self._started = time.monotonic()
         self._deadline = None
@@ -207,12 +314,13 @@ class BridgeConnection(asyncio.Protocol):
         return True
 
     def _await_head(self) -> None:
-        if len(self._buffer) > MAX_HEAD or self._buffer and not self._buffer[:1].isupper():
+        ahead = self.ahead
+        if len(ahead) > MAX_HEAD or ahead and not ahead.starts_like_a_request():
             # Too long for ours, or not a request line at all (a TLS hello from
             # an https:// client): the full application answers it now, where
             # waiting for a head's end would hold the client until a timeout.
             self._hand_off()
-        elif self._buffer and self._idle:
+        elif ahead and self._idle:
             self._idle = False
             self._set_deadline(self.door.read_timeout)
         self._resume_reading()
@@ -252,15 +360,13 @@ class BridgeConnection(asyncio.Protocol):
 
     def _send(self, head: RequestHead) -> None:
         length = head.content_length
-        buffer = self._buffer
-        if len(buffer) >= length:
-            self._buffer = buffer[length:]
-            self._send_body(buffer[:length] if len(buffer) > length else buffer)
+        if len(self.ahead) >= length:
+            self._send_body(self.ahead.take(length))
             return
         self._state = _State.BODY
-        self._body = [buffer] if buffer else []
-        self._body_size = len(buffer)
-        self._buffer = b""
+        part = self.ahead.take_all()
+        self._body = [part] if part else []
+        self._body_size = len(part)
         self._set_deadline(self.door.read_timeout)
         self._resume_reading()  # paused while read-ahead waited behind the last answer
         if length >= STREAMED_BODY:
@@ -291,7 +397,8 @@ class BridgeConnection(asyncio.Protocol):
             self._body_size += len(data)
             return
         self._take_part(data[:missing] if len(data) > missing else data)
-        self._buffer = data[missing:]
+        if len(data) > missing:
+            self.ahead.append(data[missing:])
         self._body_size = 0
         self._deadline = None
         self._state = _State.ANSWERING
@@ -409,16 +516,28 @@ class BridgeConnection(asyncio.Protocol):
         inner.connection_made(self.transport)
         if self._writing_paused:
             inner.pause_writing()
-        data, self._buffer = self._buffer, b""
+        data = self.ahead.take_all()
         if data:
             inner.data_received(data)
 
     # -- deadlines ---------------------------------------------------------
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
+    def _hold_back_over_budget(self) -> None:
+        """Stop reading while this connection holds more unserved bytes than
+        its budget, or holds more than a head while all connections together
+        hold more than theirs; it reads again once it has served them."""
+        held = len(self.ahead)
+        if self._reading_paused or held <= MAX_HEAD:
+            return
+        if held > MAX_READ_AHEAD:
+            scope = "connection"
+        elif self.door.read_ahead > READ_AHEAD_PER_NODE:
+            scope = "node"
+        else:
+            return
+        self.door.held_back[scope] += 1
+        self._reading_paused = True
+        self.transport.pause_reading()
 
     def _set_deadline(self, seconds: float) -> None:
         """Close (or answer 408) unless the state changes within `seconds`.

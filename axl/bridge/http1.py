@@ -19,8 +19,6 @@ from functools import lru_cache
 from http import HTTPStatus
 
 HEAD_END = b"\r\n\r\n"
-# A head longer than this without its end is not one of ours.
-MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
 # Header lines, each ending in CRLF: a token, a colon, a value without control characters.
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")

@@ -33,6 +33,7 @@ class BridgeServer:
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
                                float(config.conn_read_timeout_secs), self._full_application,
                                self._metrics)
+        node.budgets.add(self._door.budget_use)
         self._server: asyncio.Server | None = None
         self._full: asyncio.Future[ProtocolFactory] | None = None
         self._full_app: FullApplication | None = None

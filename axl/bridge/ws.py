@@ -9,7 +9,7 @@ reconnections) they are all under way at once; elsewhere (a Go peer, one
 connection per message) each waits for the fate of the one before. Frames to
 different destinations go concurrently, so their acks may come out of order.
 Acks settled in one turn of the event loop are written together. At most
-MAX_IN_FLIGHT frames (MAX_IN_FLIGHT_BYTES of payload) are read and not yet
+WS_MAX_IN_FLIGHT frames (WS_MAX_IN_FLIGHT_BYTES of payload) are read and not yet
 acknowledged; beyond that the socket is not read, and TCP pushes back on the
 client.
 
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
 
 from axl.bridge.api import BridgeNode, ClientWatch, QueuedMessage, ReceiverSlot, fate, record_send
+from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, WS_MAX_WINDOW
 from axl.errors import DeliveryError
 from axl.tasks import start_task
 
@@ -44,9 +45,6 @@ log = logging.getLogger("axl.bridge")
 KEY_SIZE = 32
 ID_SIZE = 8
 DEFAULT_WINDOW = 64
-MAX_WINDOW = 1024
-MAX_IN_FLIGHT = 256
-MAX_IN_FLIGHT_BYTES = 64 << 20
 # How long one wait for an incoming message lasts before the pump looks again.
 RECV_POLL = 30.0
 CLOSE_REASON_MAX = 120
@@ -75,8 +73,8 @@ def parse_window(text: str | None) -> int:
         window = int(text)
     except ValueError:
         raise ValueError("window must be an integer") from None
-    if not 1 <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be between 1 and {MAX_WINDOW}")
+    if not 1 <= window <= WS_MAX_WINDOW:
+        raise ValueError(f"window must be between 1 and {WS_MAX_WINDOW}")
     return window
 
 
@@ -124,13 +122,13 @@ class _Flow:
     def add(self, size: int) -> None:
         self.frames += 1
         self.bytes += size
-        if self.frames >= MAX_IN_FLIGHT or self.bytes >= MAX_IN_FLIGHT_BYTES:
+        if self.frames >= WS_MAX_IN_FLIGHT or self.bytes >= WS_MAX_IN_FLIGHT_BYTES:
             self.room.clear()
 
     def remove(self, size: int) -> None:
         self.frames -= 1
         self.bytes -= size
-        if self.frames < MAX_IN_FLIGHT and self.bytes < MAX_IN_FLIGHT_BYTES:
+        if self.frames < WS_MAX_IN_FLIGHT and self.bytes < WS_MAX_IN_FLIGHT_BYTES:
             self.room.set()
 
 

@@ -10,9 +10,11 @@ stream numbered messages; then every acknowledged number is looked for.
     python -m axl.chaos chaos --duration 300      # long chaos run (make chaos)
     python -m axl.chaos soak --duration 600       # RSS and fds over time (make soak)
     python -m axl.chaos fuzz-api --max-time 300   # schemathesis on a live bridge (make fuzz-api)
+    python -m axl.chaos hostile                   # attacks on the node's budgets (make hostile)
 
 Only loopback is used. `proxy` holds the link proxies and manglers, `mesh`
-the chaos run, `soak` the soak run, `fuzzapi` the schemathesis run.
+the chaos run, `soak` the soak run, `fuzzapi` the schemathesis run,
+`hostile` the attacks on budgets.
 """
 
 from axl.chaos.fuzzapi import fuzz_schema_text, run_fuzz_api

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 import axl.chaos
 from axl.chaos.fuzzapi import run_fuzz_api
+from axl.chaos.hostile import run_hostile
 from axl.chaos.mesh import run_chaos
 from axl.chaos.soak import run_soak
 
@@ -31,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     fuzz.add_argument("--max-examples", type=int, default=200)
     fuzz.add_argument("--max-time", type=float, default=None)
     fuzz.add_argument("--seed", type=int, default=1)
-    for command in (chaos, soak, fuzz):
+    hostile = sub.add_parser("hostile", help="three attacks on a node's budgets; RSS growth and /health")
+    hostile.add_argument("--node-command", default=None,
+                         help="how to start the attacked node [this interpreter: python -m axl.cli]")
+    for command in (chaos, soak, fuzz, hostile):
         command.add_argument("--dir", default=None, help="keys, configs and logs [a new temp dir]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -46,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(notes))
         print("resources flat" if flat else "resources GROWING")
         return 0 if flat else 1
+    if args.command == "hostile":
+        node_command = shlex.split(args.node_command) if args.node_command else None
+        reports = run_hostile(base, node_command)
+        return 0 if all(report.held for report in reports) else 1
     code, output = run_fuzz_api(base, args.max_examples, args.max_time, args.seed)
     print(output)
     return code

@@ -90,11 +90,12 @@ class StreamTransport(asyncio.Transport):
         self._closing = True
         self._wakeup.set()
 
-    def abort(self) -> None:
+    def abort(self, exc: Exception | None = None) -> None:
+        """Drop the carrier now; `exc` is what the protocol is told went wrong."""
         if self._lost:
             return
         self._carrier.abort()
-        self.carrier_closed(None)
+        self.carrier_closed(exc)
 
     def get_write_buffer_size(self) -> int:
         return self._buffered

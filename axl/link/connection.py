@@ -17,7 +17,8 @@ import logging
 import socket
 import ssl
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from axl.identity import NodeIdentity, peer_id
@@ -62,6 +63,8 @@ class LinkSettings:
     queue_byte_cap: int
     server_tls: ssl.SSLContext | None = None
     client_tls: ssl.SSLContext | None = None
+    # budget name -> links closed for going beyond it (axl.budgets), for /metrics
+    refusals: Counter[str] = field(default_factory=Counter)
 
 
 class Link:

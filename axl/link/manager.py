@@ -11,15 +11,16 @@ import asyncio
 import logging
 import random
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from axl.budgets import LINK_QUEUE_BYTES
 from axl.identity import NodeIdentity
 from axl.link.connection import Connection, Link, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.protocol import HANDSHAKE_TIMEOUT
-from axl.link.queue import DEFAULT_BYTE_CAP
 from axl.link.transports import Listener, dial, listen
 from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
 from axl.tasks import start_task
@@ -86,7 +87,7 @@ class LinkManager:
         peer_timeout: float = PEER_TIMEOUT,
         backoff_min: float = BACKOFF_MIN,
         backoff_max: float = BACKOFF_MAX,
-        queue_byte_cap: int = DEFAULT_BYTE_CAP,
+        queue_byte_cap: int = LINK_QUEUE_BYTES,
         rng: random.Random | None = None,
     ) -> None:
         self.log = logger or logging.getLogger("axl.link")
@@ -109,6 +110,11 @@ class LinkManager:
         self._discovered: dict[str, _Peer] = {}
         self._discovery_settings = replace(self._settings, allowed_keys=frozenset())
         self._stopping = False
+
+    @property
+    def refusals(self) -> Counter[str]:
+        """Links closed for going beyond a budget, by budget name."""
+        return self._settings.refusals
 
     # --- listening -----------------------------------------------------------
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from axl.budgets import LINK_QUEUE_BYTES
+
 MAX_QUEUE_DELAY = 0.025
-DEFAULT_BYTE_CAP = 4 * 1024 * 1024
 
 
 @dataclass(eq=False)
@@ -31,7 +32,7 @@ class _Flow:
 
 
 class FairQueue:
-    def __init__(self, byte_cap: int = DEFAULT_BYTE_CAP,
+    def __init__(self, byte_cap: int = LINK_QUEUE_BYTES,
                  max_delay: float = MAX_QUEUE_DELAY) -> None:
         self.byte_cap = byte_cap
         self.max_delay = max_delay

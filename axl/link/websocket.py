@@ -5,6 +5,13 @@ mandatory subprotocol `ygg-ws`; message boundaries mean nothing, so every
 binary message is fed to the link as more bytes. A text message is an
 error. Listening is ws:// only (wss is meant for a TLS-terminating reverse
 proxy in front); `/health` and `/healthz` answer 200 "OK" for such proxies.
+
+aiohttp assembles a whole message before the link sees a byte of it, so the
+link's frame limit cannot bound one: a message may hold at most
+WS_MAX_MESSAGE bytes (a few frames; axl.budgets), and aiohttp closes the
+connection (1009) on a larger declared length before buffering its payload.
+What we write is cut into messages of at most MAX_FRAME bytes, as a Go node's
+are at most one frame.
 """
 
 from __future__ import annotations
@@ -16,13 +23,15 @@ from typing import Any, Callable
 
 import aiohttp
 import yarl
-from aiohttp import web
+from aiohttp import WebSocketError, WSCloseCode, web
 
+from axl.budgets import WS_MAX_MESSAGE
 from axl.link.adapter import StreamTransport
 from axl.link.connection import LinkSettings
 from axl.link.contexts import client_tls
 from axl.link.uri import PeerURI
 from axl.tasks import start_task
+from axl.wire import MAX_FRAME
 
 SUBPROTOCOL = "ygg-ws"
 POLICY_VIOLATION = 1008
@@ -43,7 +52,12 @@ class _WebSocketCarrier:
     _closer: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def send(self, data: bytes) -> None:
-        await self.ws.send_bytes(data)
+        if len(data) <= MAX_FRAME:
+            await self.ws.send_bytes(data)
+            return
+        view = memoryview(data)
+        for start in range(0, len(data), MAX_FRAME):
+            await self.ws.send_bytes(view[start:start + MAX_FRAME])
 
     async def finish(self) -> None:
         await self._close()
@@ -60,7 +74,7 @@ class _WebSocketCarrier:
                 await self.session.close()
 
 
-async def _pump(ws: WebSocket, transport: StreamTransport) -> None:
+async def _pump(ws: WebSocket, transport: StreamTransport, settings: LinkSettings) -> None:
     """Feed binary messages to the link until the socket closes."""
     error: Exception | None = None
     try:
@@ -71,13 +85,21 @@ async def _pump(ws: WebSocket, transport: StreamTransport) -> None:
                 error = ConnectionError("text message on a ygg-ws link")
                 break
             elif message.type is aiohttp.WSMsgType.ERROR:
-                error = ConnectionError(f"websocket error: {ws.exception()}")
+                error = _read_error(message.data or ws.exception(), settings)
                 break
     except Exception as exc:
         error = exc
     if error is not None:
-        transport.abort()
+        transport.abort(error)
     transport.carrier_closed(error)
+
+
+def _read_error(exc: BaseException | None, settings: LinkSettings) -> ConnectionError:
+    if isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG:
+        settings.refusals["ws_message_bytes"] += 1
+        return ConnectionError(f"websocket message refused: {exc} (the link's budget; "
+                               f"its frames are at most {MAX_FRAME} bytes)")
+    return ConnectionError(f"websocket error: {exc}")
 
 
 # --- dialing ---------------------------------------------------------------------
@@ -91,7 +113,7 @@ async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
     try:
         ws = await session.ws_connect(
-            url, protocols=(SUBPROTOCOL,), max_msg_size=0, compress=0, autoping=True,
+            url, protocols=(SUBPROTOCOL,), max_msg_size=WS_MAX_MESSAGE, compress=0, autoping=True,
             timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT),
             ssl=client_tls(settings) if secure else True,
             server_hostname=uri.host if secure else None,
@@ -109,7 +131,7 @@ async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -
     protocol = factory()
     transport = StreamTransport(_WebSocketCarrier(ws, session), protocol,
                                 {"peername": (uri.host, uri.port)})
-    start_task(_pump(ws, transport), log, f"websocket link to {uri}")
+    start_task(_pump(ws, transport, settings), log, f"websocket link to {uri}")
     return protocol
 
 
@@ -136,13 +158,13 @@ class WebSocketListener:
             await self._cleanup
 
 
-def _handler(factory: ProtocolFactory) -> Callable[[web.Request], Any]:
+def _handler(factory: ProtocolFactory, settings: LinkSettings) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path in HEALTH_PATHS:
             return web.Response(text="OK")
         if not _origin_ok(request):
             return web.Response(status=403, text="origin does not match host")
-        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=0, compress=False,
+        ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=WS_MAX_MESSAGE, compress=False,
                                    timeout=CLOSE_TIMEOUT)
         await ws.prepare(request)
         if ws.ws_protocol != SUBPROTOCOL:
@@ -151,7 +173,7 @@ def _handler(factory: ProtocolFactory) -> Callable[[web.Request], Any]:
             return ws
         peer = request.transport.get_extra_info("peername") if request.transport else None
         transport = StreamTransport(_WebSocketCarrier(ws), factory(), {"peername": peer})
-        await _pump(ws, transport)
+        await _pump(ws, transport, settings)
         return ws
     return handle
 
@@ -159,7 +181,7 @@ def _handler(factory: ProtocolFactory) -> Callable[[web.Request], Any]:
 async def listen(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> WebSocketListener:
     """Serve any path: WebSocket upgrades become links."""
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", _handler(factory))
+    app.router.add_route("GET", "/{tail:.*}", _handler(factory, settings))
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, uri.host, uri.port)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from axl import __version__, routing, sessions
+from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, STREAM_WINDOW, BudgetUse
 from axl.core import IPV6_HEAD, Core, DeliverIPv6, SendMessage
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
@@ -38,6 +39,8 @@ from axl.wire import DecodeError
 log = logging.getLogger("axl.node")
 
 TICK_INTERVAL = 1.0
+# A layer whose tick keeps failing is logged again once every this many ticks.
+FAILURE_LOG_EVERY = 60
 NODEINFO = {"buildname": "axl-py", "buildversion": __version__}
 
 LinkWrite = SendFrame | SendTraffic
@@ -81,6 +84,8 @@ class NodeCore:
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._next_tick = now + TICK_INTERVAL
+        # layer -> maintenance ticks failed in a row
+        self.tick_failures: dict[str, int] = {}
         self._handlers = self._action_handlers()
 
     # -- links ----------------------------------------------------------
@@ -157,6 +162,21 @@ class NodeCore:
     def next_event(self) -> MessageEvent | None:
         return self.messages.next_event()
 
+    def budget_use(self) -> list[BudgetUse]:
+        """The budgets the protocol layers keep (read at scrape time)."""
+        router, sessions, stack = self.router, self.sessions, self.stack
+        return [
+            BudgetUse("tree_entries", "peer", MAX_INFOS_PER_PEER, router.most_infos_from_one_peer(),
+                      router.infos_refused),
+            BudgetUse("lookups_burst", "peer", int(LOOKUP_BURST), None, router.lookups_dropped),
+            BudgetUse("sessions", "node", sessions.max_sessions, len(sessions.session_keys()),
+                      sessions.evicted),
+            BudgetUse("overlay_connections", "node", stack.max_connections, stack.accepted_count(),
+                      stack.refused_over_cap),
+            BudgetUse("stream_window", "stream", STREAM_WINDOW, self.messages.streams.most_unanswered(),
+                      self.messages.streams.window_refused),
+        ]
+
     def abort_all(self, now: float) -> None:
         """Reset every message connection (the node is stopping)."""
         self.messages.abort_all()
@@ -178,12 +198,27 @@ class NodeCore:
         self.apply([], now)
 
     def _tick(self, now: float) -> None:
-        try:
-            self.apply(self.router.tick(now), now)
-            self.apply(self.sessions.tick(now), now)
-            self.device.tick(now)
-        except Exception:
-            log.exception("maintenance tick failed")
+        """Each layer's maintenance on its own: one that raises must not cost
+        the others theirs, tick after tick (expiring sessions, forgetting
+        keys). A failure is logged with its traceback when a run of them
+        starts, then once every FAILURE_LOG_EVERY ticks while it lasts."""
+        for name, tick in (("router", self.router.tick), ("sessions", self.sessions.tick),
+                           ("device", self.device.tick)):
+            try:
+                actions = tick(now)
+            except Exception:
+                self._tick_failed(name)
+                continue
+            self.tick_failures[name] = 0
+            if actions:
+                self.apply(actions, now)
+
+    def _tick_failed(self, name: str) -> None:
+        failures = self.tick_failures[name] = self.tick_failures.get(name, 0) + 1
+        if failures == 1:
+            log.exception("%s maintenance tick failed; the other layers' go on", name)
+        elif failures % FAILURE_LOG_EVERY == 0:
+            log.error("%s maintenance tick still failing (%d ticks in a row)", name, failures)
 
     # -- the action pump ------------------------------------------------
 

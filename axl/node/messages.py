@@ -30,13 +30,14 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from axl.budgets import MAX_REMEMBERED_SENDERS, STREAM_WINDOW
 from axl.config import NodeConfig
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key, key_for_address_bytes
 from axl.node.deadlines import Deadlines
 from axl.node.events import Acknowledged, InboundMessage, MessageEvent, ReplyReceived, SendFailed
-from axl.node.streams import MessageStreams
+from axl.node.streams import LAST_ACK_WAIT, MessageStreams
 from axl.tcp import events as tcp_events
 from axl.tcp.connection import TcpConnection
 from axl.tcp.framing import MessageDecoder, MessageTooLarge as FrameTooLarge, message_header
@@ -45,11 +46,8 @@ from axl.tcp.stack import TcpStack
 log = logging.getLogger("axl.transport")
 
 WRITE_CHUNK = 1 << 20
-REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit, "
-                  "or the message exceeds its max_message_size")
-MAX_REMEMBERED_SENDERS = 4096
-# How long a receiver that closed waits for the sender's last ACK before it resets.
-CLOSE_WAIT = 10.0
+REFUSAL_CAUSES = ("its receive queue is full, it is at its connection limit or its budget for "
+                  "our MCP/A2A messages, or the message exceeds its max_message_size")
 
 
 @dataclass(frozen=True)
@@ -64,6 +62,10 @@ class MessageSettings:
     idle_timeout: float = 300.0
     stream_port: int = 7001
     streams: bool = True
+    # Messages a stream sender keeps unanswered. Receivers refuse (503) what
+    # comes beyond their STREAM_WINDOW, so only a test playing a sender that
+    # ignores the window sets more.
+    stream_window: int = STREAM_WINDOW
 
     @classmethod
     def from_config(cls, config: NodeConfig) -> MessageSettings:
@@ -95,7 +97,10 @@ class _Outbound(_Stream):
 
 
 @dataclass(eq=False)
-class _Inbound(_Stream):
+class _InboundConnection(_Stream):
+    """The receiving side of one connection to port `tcp_port` (one or more
+    messages, answered one at a time); streams have `_InboundStream`."""
+
     decoder: MessageDecoder = field(default_factory=MessageDecoder)
     waiting: deque[bytes] = field(default_factory=deque)
     answering: int | None = None
@@ -114,8 +119,8 @@ class MessageLayer:
         self.stack = stack
         self.settings = settings
         self._handles = itertools.count(1)
-        self._streams: dict[TcpConnection, _Outbound | _Inbound] = {}
-        self._answers: dict[int, _Inbound] = {}
+        self._streams: dict[TcpConnection, _Outbound | _InboundConnection] = {}
+        self._answers: dict[int, _InboundConnection] = {}
         self._writers: dict[_Stream, None] = {}
         self._events: deque[MessageEvent] = deque()
         self._timers: Deadlines[_Stream] = Deadlines()
@@ -177,7 +182,6 @@ class MessageLayer:
             self._advance(stream, now)
             return
         if not accepted:
-            log.warning("receive queue full: refused a message from %s", stream.peer_key.hex())
             self._abort(stream)
             return
         if reply is not None:
@@ -352,11 +356,12 @@ class MessageLayer:
         return self._senders.get(conn.remote_address) or key_for_address_bytes(conn.remote_address)
 
     def _accept(self, conn: TcpConnection, now: float) -> None:
-        stream = _Inbound(conn, self._peer_of(conn), decoder=MessageDecoder(self.settings.max_message_size))
+        stream = _InboundConnection(conn, self._peer_of(conn),
+                                    decoder=MessageDecoder(self.settings.max_message_size))
         self._streams[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
-    def _inbound_event(self, stream: _Inbound, event: tcp_events.TcpEvent, now: float) -> None:
+    def _inbound_event(self, stream: _InboundConnection, event: tcp_events.TcpEvent, now: float) -> None:
         match event:
             case tcp_events.DataReceived(data=data):
                 self._inbound_data(stream, data, now)
@@ -370,7 +375,7 @@ class MessageLayer:
                 stream.deadline = None
                 self._advance(stream, now)
 
-    def _inbound_data(self, stream: _Inbound, data: bytes, now: float) -> None:
+    def _inbound_data(self, stream: _InboundConnection, data: bytes, now: float) -> None:
         decoder = stream.decoder
         try:
             messages = decoder.feed(data)
@@ -384,7 +389,7 @@ class MessageLayer:
         stream.waiting.extend(messages)
         self._advance(stream, now)
 
-    def _advance(self, stream: _Inbound, now: float) -> None:
+    def _advance(self, stream: _InboundConnection, now: float) -> None:
         """Hand the next waiting message to the application, or finish the connection."""
         if stream.answering is not None:
             return
@@ -410,21 +415,21 @@ class MessageLayer:
         else:
             self._set_deadline(stream, now + self.settings.idle_timeout)
 
-    def _close_inbound(self, stream: _Inbound, now: float) -> None:
+    def _close_inbound(self, stream: _InboundConnection, now: float) -> None:
         if stream.decoder.partial:
             log.warning("connection from %s ended mid-message", stream.peer_key.hex())
             self._abort(stream)
             return
         stream.closing = True
         stream.conn.close()
-        self._set_deadline(stream, now + CLOSE_WAIT)
+        self._set_deadline(stream, now + LAST_ACK_WAIT)
 
-    def _inbound_expired(self, stream: _Inbound) -> None:
+    def _inbound_expired(self, stream: _InboundConnection) -> None:
         if not stream.closing:
             log.info("inbound connection idle or stalled: closing")
         self._abort(stream)
 
-    def _abort(self, stream: _Inbound) -> None:
+    def _abort(self, stream: _InboundConnection) -> None:
         stream.conn.abort()
         stream.ended = True
         stream.waiting.clear()

@@ -27,6 +27,7 @@ import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from axl.budgets import MAX_STREAM_SESSIONS, STREAM_WINDOW
 from axl.wire import DecodeError
 
 MAGIC = b"AXLS"
@@ -42,12 +43,6 @@ STATUS_TOO_LARGE = 413
 STATUS_REFUSED = 503
 KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
 
-# The sender's window: at most this many messages on the wire unanswered. The
-# receiver remembers as many answers per session, which is what lets it repeat
-# each one exactly after a reconnection (see SessionRecord.status_of).
-WINDOW_MESSAGES = 256
-# Sessions a receiver remembers (least recently used forgotten first).
-MAX_SESSIONS = 1024
 # A payload from this size on is written as it is, after its own header,
 # instead of being copied into one frame (a 16 MiB copy per large message).
 SEPARATE_PAYLOAD = 64 * 1024
@@ -123,7 +118,7 @@ class StreamSender:
     body is gathered and the message sent whole once it is (a receiver that
     reset a frame too slow to complete must not be given it slowly again)."""
 
-    def __init__(self, session_id: int, window_messages: int = WINDOW_MESSAGES) -> None:
+    def __init__(self, session_id: int, window_messages: int = STREAM_WINDOW) -> None:
         self.session_id = session_id
         self.window_messages = window_messages
         self.next_seq = 1
@@ -325,7 +320,7 @@ class SessionRecord:
         if self.answers is None:
             self.answers = OrderedDict()
         self.answers[seq] = status
-        while len(self.answers) > WINDOW_MESSAGES:
+        while len(self.answers) > STREAM_WINDOW:
             self.answers.popitem(last=False)
 
     def status_of(self, seq: int) -> int:
@@ -337,7 +332,7 @@ class SessionRecord:
 class SessionTable:
     """The receiver's memory of sessions, bounded, least recently used first out."""
 
-    def __init__(self, capacity: int = MAX_SESSIONS) -> None:
+    def __init__(self, capacity: int = MAX_STREAM_SESSIONS) -> None:
         self.capacity = capacity
         self._records: OrderedDict[tuple[bytes, int], SessionRecord] = OrderedDict()
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from typing import Protocol
 
+from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPATCHES_PER_NODE,
+                         DISPATCHES_PER_PEER, LINK_QUEUE_BYTES, WS_MAX_MESSAGE, BudgetBoard, BudgetUse,
+                         PeerBudget)
 from axl.config import ConfigError, NodeConfig
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
@@ -31,6 +35,9 @@ from axl.routing import SendFrame
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.node")
+
+# Refusals at the dispatch budget are logged at most once in this many seconds.
+REFUSAL_LOG_INTERVAL = 10.0
 
 
 class DispatchOutcome(Protocol):
@@ -61,14 +68,16 @@ def validate_config(config: NodeConfig) -> None:
 
 class Node:
     def __init__(self, config: NodeConfig, identity: NodeIdentity, key_origin: str = "",
-                 inbound_handler: InboundHandler | None = None) -> None:
+                 inbound_handler: InboundHandler | None = None,
+                 message_settings: MessageSettings | None = None) -> None:
+        """`message_settings` default to the config's (a test may set others)."""
         self.config = config
         self.identity = identity
         self.key_origin = key_origin
         self.max_message_size = config.max_message_size
         self.stats = NodeStats(time.time())
         now = time.monotonic()
-        self.core = NodeCore(identity, MessageSettings.from_config(config), now,
+        self.core = NodeCore(identity, message_settings or MessageSettings.from_config(config), now,
                              wall_clock=time.time,
                              max_connections=config.max_concurrent_conns)
         self.links: dict[int, Link] = {}
@@ -85,6 +94,15 @@ class Node:
         self._started = False
         self._flush_pending = False
         self.discovery: Discovery | None = None
+        self.dispatches = PeerBudget("inbound_dispatches", DISPATCHES_PER_PEER, DISPATCHES_PER_NODE,
+                                     DISPATCH_BYTES_PER_PEER, DISPATCH_BYTES_PER_NODE)
+        self._dispatch_refusals = 0  # since the last log line about them
+        self._next_refusal_log = 0.0
+        self.inbox_refused: Counter[str] = Counter()  # by budget: messages or bytes
+        self._closed_links_dropped = 0  # frames their queues dropped, of links now down
+        self.budgets = BudgetBoard()
+        self.budgets.add(self.core.budget_use)
+        self.budgets.add(self._budget_use)
 
     # -- moving output out of the core ----------------------------------
 
@@ -166,6 +184,7 @@ class Node:
     def link_down(self, link: Link, reason: str) -> None:
         self.stats.link_down(link.remote_key, link.link_id, reason, time.time())
         if self.links.pop(link.link_id, None) is not None:
+            self._closed_links_dropped += link.dropped_frames
             self.core.link_down(link.link_id, time.monotonic())
             self._drain()
 
@@ -247,15 +266,19 @@ class Node:
 
     def _inbound(self, event: InboundMessage) -> None:
         """An envelope the handler claims is dispatched in a task (an MCP
-        server may take a minute); any other message goes to the inbox at
-        once, with no task per message, so the inbox takes them in the
-        order they arrived."""
+        server may take a minute), within the dispatch budget (per sender
+        and per node; beyond it the envelope is refused at once, 503 at its
+        sender); any other message goes to the inbox at once, with no task
+        per message, so the inbox takes them in the order they arrived."""
         self.stats.message_received(event.sender, len(event.payload), time.time())
         handler = self.inbound_handler
-        if handler is not None and handler.claims(event.payload):
+        if handler is None or not handler.claims(event.payload):
+            self._answer(event.handle, self._queue_inbound(event.payload, event.sender))
+        elif self.dispatches.take(event.sender, len(event.payload)):
             self._spawn(self._dispatch_inbound(handler, event))
         else:
-            self._answer(event.handle, self._queue_inbound(event.payload, event.sender))
+            self._refuse_dispatch(event.sender)
+            self._answer(event.handle, False)
 
     async def _dispatch_inbound(self, handler: InboundHandler, event: InboundMessage) -> None:
         try:
@@ -264,12 +287,32 @@ class Node:
         except Exception:
             log.exception("inbound dispatch failed; refusing the message")
             verdict = False
+        finally:
+            self.dispatches.give(event.sender, len(event.payload))
         self._answer(event.handle, verdict)
+
+    def _refuse_dispatch(self, sender: bytes) -> None:
+        """Log a refusal beyond the dispatch budget, at most once every
+        REFUSAL_LOG_INTERVAL (a flood must not flood the log too)."""
+        now = time.monotonic()
+        self._dispatch_refusals += 1
+        if now < self._next_refusal_log:
+            return
+        self._next_refusal_log = now + REFUSAL_LOG_INTERVAL
+        budget = self.dispatches
+        log.warning("refused %d MCP/A2A message(s) (503) at the dispatch budget; the last from %s, "
+                    "which has %d in dispatch (%d in all; at most %d per sender, %d per node)",
+                    self._dispatch_refusals, sender.hex()[:16], budget.held_by(sender), budget.items,
+                    budget.items_per_peer, budget.items_per_node)
+        self._dispatch_refusals = 0
 
     def _queue_inbound(self, message: bytes, sender: bytes) -> bytes | None | bool:
         """Into the inbox: the reply to write back (an envelope of a switched-off
         adapter is told so), None for none, or False when the inbox refused it."""
         if not self.inbox.put(sender, message):
+            full = len(self.inbox) >= self.inbox.max_messages
+            self.inbox_refused["recv_queue" if full else "recv_queue_bytes"] += 1
+            log.warning("receive queue full: refused a message from %s", sender.hex()[:16])
             return False
         handler = self.inbound_handler
         return handler.refusal(message) if handler is not None else None
@@ -302,6 +345,21 @@ class Node:
 
     def session_count(self) -> int:
         return len(self.core.sessions.session_keys())
+
+    def _budget_use(self) -> list[BudgetUse]:
+        """The budgets this driver keeps: dispatches, the inbox, the links."""
+        inbox, links = self.inbox, list(self.links.values())
+        return [
+            *self.dispatches.usage(),
+            BudgetUse("recv_queue", "node", inbox.max_messages, len(inbox), self.inbox_refused["recv_queue"]),
+            BudgetUse("recv_queue_bytes", "node", inbox.max_bytes, inbox.queued_bytes,
+                      self.inbox_refused["recv_queue_bytes"]),
+            BudgetUse("link_queue_bytes", "link", LINK_QUEUE_BYTES,
+                      max((link.queued_bytes for link in links), default=0),
+                      self._closed_links_dropped + sum(link.dropped_frames for link in links)),
+            BudgetUse("ws_message_bytes", "link", WS_MAX_MESSAGE, None,
+                      self.link_manager.refusals["ws_message_bytes"]),
+        ]
 
     def _peer_list(self) -> list[dict]:
         peers = []

@@ -4,9 +4,9 @@
 connections for the message layer. A sender keeps one `_Link` per
 destination: one session, its connection (opened again, with the same
 session, when it breaks with messages outstanding), and the handle of every
-message waiting for its acknowledgement. A receiver's `_Inbound` hands one
-message at a time to the application and writes each answer back as an
-acknowledgement.
+message waiting for its acknowledgement. A receiver's `_InboundStream` hands
+the messages to the application as they arrive, at most STREAM_WINDOW of
+them unanswered, and writes each answer back as an acknowledgement.
 
 A destination whose stream port resets the SYN (a Go node, or one of ours
 with `message_streams` false) is remembered for `UNSUPPORTED_TTL` seconds:
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("axl.streams")
 
 UNSUPPORTED_TTL = 60.0
-MAX_UNSUPPORTED = 4096
 # A sender closes a stream with nothing outstanding after this long (the
 # receiver's own limit is the idle timeout, conn_idle_timeout_secs).
 SENDER_IDLE = 30.0
@@ -64,9 +64,12 @@ SENDER_IDLE = 30.0
 BODY_HOLD = 1.0
 # Reopenings of a broken connection in a row without any acknowledgement.
 MAX_REOPENS = 2
-# How long a receiver that closed waits for the sender's last ACK before it resets.
-CLOSE_WAIT = 10.0
+# How long a receiver that closed waits for the sender's last ACK before it
+# resets (on a message stream and on a one-message connection alike).
+LAST_ACK_WAIT = 10.0
 MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
+# What a 503 on the stream means (the receiver's log says which).
+STREAM_REFUSAL_CAUSES = "its receive queue is full, or it is at its budget for our MCP/A2A messages"
 
 Fallback = Callable[[bytes, bytes, float, int], None]
 
@@ -93,7 +96,7 @@ class _Link:
 
 
 @dataclass(eq=False)
-class _Inbound:
+class _InboundStream:
     """The receiving side of one stream connection."""
 
     conn: TcpConnection
@@ -101,7 +104,7 @@ class _Inbound:
     queue: deque[Message | Answered] = field(default_factory=deque)
     session: tuple[bytes, int] | None = None
     in_flight: dict[int, int] = field(default_factory=dict)  # handle -> seq, with the application
-    successor: _Inbound | None = None
+    successor: _InboundStream | None = None
     paused: bool = False
     stash: list[bytes] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
@@ -111,6 +114,7 @@ class _Inbound:
     ended: bool = False
     deadline: float | None = None
     partial_since: float | None = None
+    overran: bool = False  # the sender went beyond STREAM_WINDOW (logged once)
 
 
 class MessageStreams:
@@ -126,15 +130,16 @@ class MessageStreams:
         self._fallback = fallback
         self._rng = rng
         self._links: dict[bytes, _Link] = {}
-        self._by_conn: dict[TcpConnection, _Link | _Inbound] = {}
-        self._answers: dict[int, _Inbound] = {}
-        self._active: dict[tuple[bytes, int], _Inbound] = {}
+        self._by_conn: dict[TcpConnection, _Link | _InboundStream] = {}
+        self._answers: dict[int, _InboundStream] = {}
+        self._active: dict[tuple[bytes, int], _InboundStream] = {}
         self._unsupported: OrderedDict[bytes, float] = OrderedDict()
         self._sessions = SessionTable()
         self._bodies: dict[int, _Link] = {}  # handle -> link, of messages whose body is arriving
         # handle -> (destination, body) of bodies arriving too slowly to hold a stream up
         self._gathering: dict[int, tuple[bytes, StreamedBody]] = {}
-        self._timers: Deadlines[_Link | _Inbound] = Deadlines()
+        self._timers: Deadlines[_Link | _InboundStream] = Deadlines()
+        self.window_refused = 0  # messages refused beyond a stream's STREAM_WINDOW
         if self.enabled:
             stack.listen(settings.stream_port)
 
@@ -164,7 +169,8 @@ class MessageStreams:
     def _submit(self, dest: bytes, payload: bytes, handle: int, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
-            link = self._links[dest] = _Link(dest, StreamSender(self._rng.getrandbits(64)))
+            sender = StreamSender(self._rng.getrandbits(64), self.settings.stream_window)
+            link = self._links[dest] = _Link(dest, sender)
         if link.conn is None:
             self._connect(link, now)
         seq = link.sender.submit(payload)
@@ -325,7 +331,7 @@ class MessageStreams:
                 self._events.append(Acknowledged(handle))
             elif ack.status == STATUS_REFUSED:
                 self._events.append(SendFailed(handle, ReceiverFull(
-                    f"{link.dest.hex()} refused the message: its receive queue is full")))
+                    f"{link.dest.hex()} refused the message: {STREAM_REFUSAL_CAUSES}")))
             else:
                 self._events.append(SendFailed(handle, MessageTooLarge(
                     f"the message exceeds the max_message_size of {link.dest.hex()}")))
@@ -425,11 +431,11 @@ class MessageStreams:
     # -- the receiving side ---------------------------------------------
 
     def accept(self, conn: TcpConnection, peer: bytes, now: float) -> None:
-        stream = _Inbound(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
+        stream = _InboundStream(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
         self._by_conn[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
-    def _inbound_event(self, stream: _Inbound, event: tcp_events.TcpEvent, now: float) -> None:
+    def _inbound_event(self, stream: _InboundStream, event: tcp_events.TcpEvent, now: float) -> None:
         match event:
             case tcp_events.DataReceived(data=data):
                 stream.unconsumed += len(data)
@@ -443,7 +449,7 @@ class MessageStreams:
             case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
                 self._inbound_ended(stream)
 
-    def _feed(self, stream: _Inbound, data: bytes, now: float) -> None:
+    def _feed(self, stream: _InboundStream, data: bytes, now: float) -> None:
         receiver = stream.receiver
         try:
             events = receiver.feed(data)
@@ -463,7 +469,7 @@ class MessageStreams:
             stream.partial_since = None
         self._advance(stream, now)
 
-    def _settle(self, stream: _Inbound, session_id: int) -> bool:
+    def _settle(self, stream: _InboundStream, session_id: int) -> bool:
         """A connection took over a session: end the older one. If that one
         still awaits the application's answer, pause this one until it is on
         record (True), so a message it repeats is recognised, not delivered twice."""
@@ -481,15 +487,18 @@ class MessageStreams:
         stream.paused = True
         return True
 
-    def _resume(self, stream: _Inbound, now: float) -> None:
+    def _resume(self, stream: _InboundStream, now: float) -> None:
         stream.paused = False
         stash, stream.stash = stream.stash, []
         self._feed(stream, b"".join(stash), now)
 
-    def _advance(self, stream: _Inbound, now: float) -> None:
+    def _advance(self, stream: _InboundStream, now: float) -> None:
         """Answer repeats at once and hand every new message to the application
-        (in order, all together: their answers then leave in one write). The
-        bytes count as read, reopening TCP's window, once all are answered."""
+        (in order, all together: their answers then leave in one write), but
+        never more than STREAM_WINDOW unanswered: a sender keeping to the
+        window never has more on the wire, so one beyond it is answered 503
+        at once. The bytes count as read, reopening TCP's window, once all
+        are answered."""
         if stream.paused or stream.ended:
             return
         receiver = stream.receiver
@@ -497,6 +506,9 @@ class MessageStreams:
             event = stream.queue.popleft()
             if isinstance(event, Answered):
                 stream.out += receiver.answer(event.seq, event.status)
+                continue
+            if len(stream.in_flight) >= STREAM_WINDOW:
+                self._refuse_over_window(stream, event.seq)
                 continue
             handle = next(self._handles)
             stream.in_flight[handle] = event.seq
@@ -511,11 +523,26 @@ class MessageStreams:
         if stream.finished and not stream.closing:
             stream.closing = True
             stream.conn.close()
-            self._set_deadline(stream, now + CLOSE_WAIT)
+            self._set_deadline(stream, now + LAST_ACK_WAIT)
         elif stream.partial_since is not None:
             self._set_deadline(stream, stream.partial_since + self.settings.read_timeout)
         elif not stream.closing:
             self._set_deadline(stream, now + self.settings.idle_timeout)
+
+    def _refuse_over_window(self, stream: _InboundStream, seq: int) -> None:
+        self.window_refused += 1
+        if not stream.overran:
+            stream.overran = True
+            log.warning("message stream from %s: more than %d messages unanswered (its sender "
+                        "ignores the window): refusing each one beyond it (503)",
+                        stream.receiver.peer.hex()[:16], STREAM_WINDOW)
+        stream.out += stream.receiver.answer(seq, STATUS_REFUSED)
+
+    def most_unanswered(self) -> int:
+        """Messages unanswered on the inbound stream that has the most (its
+        STREAM_WINDOW budget in use)."""
+        return max((len(owner.in_flight) for owner in self._by_conn.values()
+                    if isinstance(owner, _InboundStream)), default=0)
 
     def answer(self, handle: int, accepted: bool, now: float) -> bool:
         """The application's verdict on an inbound message; False if not ours."""
@@ -523,8 +550,6 @@ class MessageStreams:
         if stream is None:
             return False
         seq = stream.in_flight.pop(handle)
-        if not accepted:
-            log.warning("receive queue full: refused a message from %s", stream.receiver.peer.hex()[:16])
         ack = stream.receiver.answer(seq, STATUS_QUEUED if accepted else STATUS_REFUSED)
         if stream.ended:
             if not stream.in_flight:
@@ -537,7 +562,7 @@ class MessageStreams:
             self._advance(stream, now)
         return True
 
-    def _inbound_ended(self, stream: _Inbound) -> None:
+    def _inbound_ended(self, stream: _InboundStream) -> None:
         stream.ended = True
         stream.queue.clear()
         stream.deadline = None
@@ -545,13 +570,13 @@ class MessageStreams:
         if not stream.in_flight:
             self._release_session(stream)
 
-    def _release_session(self, stream: _Inbound) -> None:
+    def _release_session(self, stream: _InboundStream) -> None:
         """Forget the stream as its session's latest (kept while the application
         holds one of its messages: a successor must wait for that answer)."""
         if stream.session is not None and self._active.get(stream.session) is stream:
             del self._active[stream.session]
 
-    def _abort_inbound(self, stream: _Inbound) -> None:
+    def _abort_inbound(self, stream: _InboundStream) -> None:
         stream.conn.abort()
         self._inbound_ended(stream)
 
@@ -615,5 +640,5 @@ class MessageStreams:
         self._bodies.clear()
         self._gathering.clear()
 
-    def _set_deadline(self, owner: _Link | _Inbound, when: float | None) -> None:
+    def _set_deadline(self, owner: _Link | _InboundStream, when: float | None) -> None:
         self._timers.set(owner, when)

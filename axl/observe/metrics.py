@@ -46,6 +46,7 @@ class NodeCollector:
         yield from self._peerings()
         yield from self._destinations(self.node.stats)
         yield from self._queues()
+        yield from self._budgets()
         yield from self._http()
 
     def _identity(self) -> Iterator[Metric]:
@@ -134,6 +135,24 @@ class NodeCollector:
                                 value=sum(link.queued_bytes for link in list(node.links.values())))
         yield GaugeMetricFamily("axl_sessions", "End-to-end encrypted sessions held.",
                                 value=node.session_count())
+
+    def _budgets(self) -> Iterator[Metric]:
+        labels = ["budget", "scope"]
+        limit = GaugeMetricFamily("axl_budget_limit", "The most of an input from peers or clients the node "
+                                  "holds, per scope: the node, or one peer, link, stream or connection "
+                                  "(axl/budgets.py).", labels=labels)
+        in_use = GaugeMetricFamily("axl_budget_in_use", "What the node holds of a budget now; for a "
+                                   "per-peer (link, stream, connection) budget, the most any one holds.",
+                                   labels=labels)
+        refused = CounterMetricFamily("axl_budget_refused", "Inputs refused, dropped or held back "
+                                      "because they went beyond the budget.", labels=labels)
+        for use in self.node.budgets.usage():
+            scope = [use.budget, use.scope]
+            limit.add_metric(scope, use.limit)
+            if use.in_use is not None:
+                in_use.add_metric(scope, use.in_use)
+            refused.add_metric(scope, use.refused)
+        yield from (limit, in_use, refused)
 
     def _http(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("axl_http_requests", "Bridge HTTP requests by route and status.",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from axl.budgets import BudgetBoard
 from axl.identity import NodeIdentity
 from axl.link.connection import Link
 from axl.node.inbox import Inbox
@@ -15,6 +16,7 @@ class ObservedNode(Protocol):
     stats: NodeStats
     inbox: Inbox
     links: dict[int, Link]
+    budgets: BudgetBoard
 
     def topology(self) -> dict: ...
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
+from axl.budgets import MAX_DEVICE_ENTRIES
 from axl.identity import (
     ADDRESS_PREFIX, SUBNET_PREFIX, NodeIdentity, address_for_key, key_for_address_bytes,
     subnet_for_key,
@@ -24,7 +25,6 @@ from axl.packets.ipv6 import HEADER_SIZE, packet_too_big
 
 KEY_TIMEOUT = 120.0
 DEFAULT_MTU = 1280
-DEFAULT_MAX_ENTRIES = 4096
 _SUBNET_SIZE = 8
 
 
@@ -73,7 +73,7 @@ class IPv6Device:
     packets from the overlay, `path_found` when the router learns a key."""
 
     def __init__(self, identity: NodeIdentity, mtu: int = DEFAULT_MTU, *,
-                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+                 max_entries: int = MAX_DEVICE_ENTRIES) -> None:
         self.identity = identity
         self.mtu = mtu
         self.address = identity.address

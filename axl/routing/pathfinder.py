@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from axl.budgets import MAX_RUMORS
 from axl.identity import bloom_transform
 from axl.routing.actions import PathFound
 from axl.routing.bloom import key_mask
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 
 PATH_TIMEOUT = 60.0
 PATH_THROTTLE = 1.0
-# Rumors are made only by local sends and lookups; this bounds a runaway
-# local sender that targets ever new destinations.
-MAX_RUMORS = 4096
 # Lookups re-sent for a rumor still holding a packet (see retry_waiting_rumors).
 RUMOR_RETRIES = 15
 

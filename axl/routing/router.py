@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from axl.budgets import LOOKUP_BURST, LOOKUP_RATE, MAX_INFOS_PER_PEER
 from axl.identity import NodeIdentity, bloom_transform, verify
 from axl.routing.actions import Action, DeliverTraffic, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter, key_mask, matches_mask
@@ -55,16 +56,6 @@ ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
 BLOOM_RESEND_TICKS = 3600
 UNKNOWN_LAG_NS = (1 << 32) - 1
-# A well-behaved peer only gossips its own ancestry and ours (tens of
-# entries). Keys first learned from one peer beyond this are dropped, so a
-# peer minting signed infos for fresh keys cannot grow our table without bound.
-MAX_INFOS_PER_PEER = 1024
-# Lookups accepted from one peer: a bucket of LOOKUP_BURST refilled at
-# LOOKUP_RATE a second. Each lookup is re-multicast, so a flooding peer would
-# otherwise turn its bandwidth into work and traffic for the whole tree.
-# Honest traffic stays far below: one lookup a second per destination.
-LOOKUP_RATE = 200.0
-LOOKUP_BURST = 1000.0
 # Destinations whose next hop is remembered (all forgotten at once past this).
 HOP_CACHE_SIZE = 4096
 
@@ -164,6 +155,7 @@ class Router:
         self._do_root1 = False
         self._do_root2 = False
         self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
+        self.infos_refused = 0  # new keys from a peer at its MAX_INFOS_PER_PEER
         self.oversized_dropped = 0  # frames we built over MAX_FRAME
         self._pathfinder = Pathfinder(self, wall_clock)
         self._become_root()
@@ -293,6 +285,11 @@ class Router:
     def info_count(self) -> int:
         return len(self.infos)
 
+    def most_infos_from_one_peer(self) -> int:
+        """Infos first learned from the peer that gave us the most (its
+        MAX_INFOS_PER_PEER budget in use)."""
+        return max(self._origin_counts.values(), default=0)
+
     def peer_keys(self) -> list[bytes]:
         return list(self._peers)
 
@@ -412,6 +409,7 @@ class Router:
             raise BadSignature("Announce signature does not verify")
         peer = self._peers[link.key]
         if ann.key not in self.infos and self._origin_counts[peer.key] >= MAX_INFOS_PER_PEER:
+            self.infos_refused += 1
             return
         if self._update(ann, origin=peer.key):
             if ann.key == self.key:

@@ -31,6 +31,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from axl.budgets import MAX_SESSION_BUFFERS, MAX_SESSIONS
 from axl.identity import NodeIdentity
 from axl.sessions.crypto import (
     BOX_KEY_SIZE, BOX_OVERHEAD, KeyPair, KeyPairFactory, curve_private_key, open_parts,
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT = 60.0
 RATCHET_INTERVAL = 60.0
-DEFAULT_MAX_SESSIONS = 4096
-DEFAULT_MAX_BUFFERS = 256
 TRAFFIC_OVERHEAD_MIN = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
 _U64 = 1 << 64
 
@@ -146,8 +145,8 @@ class SessionManager:
     answers with SendPacket and DeliverPlaintext actions."""
 
     def __init__(self, identity: NodeIdentity, *, key_pairs: KeyPairFactory = random_key_pair,
-                 max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 max_buffers: int = DEFAULT_MAX_BUFFERS,
+                 max_sessions: int = MAX_SESSIONS,
+                 max_buffers: int = MAX_SESSION_BUFFERS,
                  wall_clock: Callable[[], float] | None = None) -> None:
         self.identity = identity
         self._wall_clock = wall_clock
@@ -158,9 +157,14 @@ class SessionManager:
         self._max_sessions = max_sessions
         self._max_buffers = max_buffers
         self.dropped: Counter[str] = Counter()
+        self.evicted = 0  # sessions forgotten to make room (table at max_sessions)
 
     def session_keys(self) -> list[bytes]:
         return list(self._sessions)
+
+    @property
+    def max_sessions(self) -> int:
+        return self._max_sessions
 
     def send(self, dest_key: bytes, message: bytes, now: float, *, head: bytes = b"") -> list[Action]:
         """Seal `head` + `message` for `dest_key`. A short `head` (the layer
@@ -219,6 +223,7 @@ class SessionManager:
     def _store_session(self, session: _Session) -> None:
         while len(self._sessions) >= self._max_sessions:
             evicted, _ = self._sessions.popitem(last=False)
+            self.evicted += 1
             log.debug("session table full, evicting %s", evicted.hex())
         self._sessions[session.remote] = session
 

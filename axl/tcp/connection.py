@@ -21,6 +21,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
+from axl.budgets import TCP_RECEIVE_BUFFER, TCP_SEND_BUFFER
 from axl.tcp.events import (
     Closed,
     Connected,
@@ -105,8 +106,8 @@ class TcpConfig:
     """
 
     mss: int = MAX_MSS
-    send_buffer_size: int = 4 * 1024 * 1024
-    recv_buffer_size: int = 4 * 1024 * 1024
+    send_buffer_size: int = TCP_SEND_BUFFER
+    recv_buffer_size: int = TCP_RECEIVE_BUFFER
     initial_rto: float = 1.0
     min_rto: float = 0.2
     max_rto: float = 10.0

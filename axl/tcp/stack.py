@@ -67,6 +67,7 @@ class TcpStack:
         # only looks at what changed, not at every connection it holds.
         self._touched: dict[TcpConnection, None] = {}
         self._deadlines: dict[TcpConnection, float] = {}
+        self.refused_over_cap = 0  # SYNs reset because max_connections were accepted
 
     # ------------------------------------------------------------- application
 
@@ -229,6 +230,7 @@ class TcpStack:
 
     def _accept(self, remote_address: bytes, syn: TcpSegment) -> None:
         if self.accepted_count() >= self.max_connections:
+            self.refused_over_cap += 1
             self._refuse(remote_address, syn)
             return
         conn = TcpConnection(syn.dst_port, remote_address, syn.src_port, self._rng.getrandbits(32),
