@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import Protocol
 
 from axl.config import ConfigError, NodeConfig
@@ -24,6 +25,7 @@ from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import NodeStats
+from axl.node.store import InboxStore
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
@@ -61,7 +63,7 @@ def validate_config(config: NodeConfig) -> None:
 
 class Node:
     def __init__(self, config: NodeConfig, identity: NodeIdentity, key_origin: str = "",
-                 inbound_handler: InboundHandler | None = None) -> None:
+                 inbound_handler: InboundHandler | None = None, inbox_store: InboxStore | None = None) -> None:
         self.config = config
         self.identity = identity
         self.key_origin = key_origin
@@ -76,7 +78,8 @@ class Node:
             identity, self,
             allowed_keys={bytes.fromhex(key) for key in config.allowed_public_keys},
         )
-        self.inbox = Inbox(config.recv_queue_max_messages, config.recv_queue_max_bytes)
+        self.inbox = Inbox(config.max_inbox_messages, config.max_inbox_bytes, inbox_store)
+        self.core.messages.streams.restore_sessions(self.inbox.session_records())
         self.inbound_handler = inbound_handler
         self._waiting: dict[int, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -229,6 +232,10 @@ class Node:
         """Messages taken by `recv` that their client never got go back to the front."""
         self.inbox.give_back(messages)
 
+    def delivered(self, messages: list[InboxMessage]) -> None:
+        """Messages taken by `recv` that reached their client leave the inbox."""
+        self.inbox.delivered(messages)
+
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
         handle = self.core.request(dest_key, payload, timeout, time.monotonic())
         return await self._outcome(handle)
@@ -255,24 +262,30 @@ class Node:
         if handler is not None and handler.claims(event.payload):
             self._spawn(self._dispatch_inbound(handler, event))
         else:
-            self._answer(event.handle, self._queue_inbound(event.payload, event.sender))
+            self._queue_inbound(event)
 
     async def _dispatch_inbound(self, handler: InboundHandler, event: InboundMessage) -> None:
         try:
             outcome = await handler.dispatch(event.sender, event.payload)
-            verdict = outcome.reply if outcome.handled else self._queue_inbound(event.payload, event.sender)
         except Exception:
             log.exception("inbound dispatch failed; refusing the message")
-            verdict = False
-        self._answer(event.handle, verdict)
+            self._answer(event.handle, False)
+            return
+        if outcome.handled:
+            self._answer(event.handle, outcome.reply)
+        else:
+            self._queue_inbound(event)
 
-    def _queue_inbound(self, message: bytes, sender: bytes) -> bytes | None | bool:
-        """Into the inbox: the reply to write back (an envelope of a switched-off
-        adapter is told so), None for none, or False when the inbox refused it."""
-        if not self.inbox.put(sender, message):
-            return False
+    def _queue_inbound(self, event: InboundMessage) -> None:
+        """Into the inbox. Its sender is answered once it is stored (with a
+        durable inbox: committed): with the reply an envelope of a
+        switched-off adapter gets, or none; or refused when it is not."""
         handler = self.inbound_handler
-        return handler.refusal(message) if handler is not None else None
+        reply = handler.refusal(event.payload) if handler is not None else None
+        self.inbox.put(event.sender, event.payload, partial(self._stored, event.handle, reply), event.origin)
+
+    def _stored(self, handle: int, reply: bytes | None, stored: bool) -> None:
+        self._answer(handle, reply if stored else False)
 
     def _answer(self, handle: int, verdict: bytes | None | bool) -> None:
         reply = verdict if isinstance(verdict, bytes) else None
@@ -350,6 +363,7 @@ class Node:
             log.info("A2A requests from peers go to %s", self.config.a2a_url)
 
     async def stop(self) -> None:
+        await self.inbox.flush()  # what arrived is committed and its senders answered
         self.core.abort_all(time.monotonic())
         self._drain()
         # Aborted messages report nothing more: their callers hear it here.
@@ -366,3 +380,4 @@ class Node:
         if self.discovery is not None:
             await self.discovery.stop()
         await self.link_manager.stop()
+        self.inbox.close()
