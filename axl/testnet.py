@@ -345,7 +345,8 @@ class Testnet:
             key_path.write_bytes(node.identity.pem())
             os.chmod(key_path, 0o600)
             inbox_path = self.base_dir / f"node-{node.index}.inbox.sqlite3"
-            for leftover in (inbox_path, *(inbox_path.with_name(inbox_path.name + tail) for tail in ("-wal", "-shm"))):
+            tails = ("-wal", "-shm", ".lock")
+            for leftover in (inbox_path, *(inbox_path.with_name(inbox_path.name + tail) for tail in tails)):
                 leftover.unlink(missing_ok=True)
             config = {
                 "PrivateKeyPath": str(key_path.resolve()),

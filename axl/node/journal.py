@@ -2,8 +2,9 @@
 (axl.node.store) a batch at a time.
 
 Arrivals and deliveries wait in the batch being gathered; a commit takes
-them all, at the end of the event-loop turn, or once the store's thread is
-free when it is busy (a commit with `inbox_sync` "full", or a checkpoint).
+them all, at the end of the event-loop turn, or once the commit under way
+on the store's thread (with `inbox_sync` "full") is done. Checkpoints run
+meanwhile on a thread of their own.
 So an idle node commits each message alone and a busy one hundreds at once,
 and batches are committed in the order they were gathered. Only once its
 batch is committed is a message handed to the inbox's queue and its sender
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from axl.node.msgstream import SessionKey, SessionRecord
 from axl.node.stats import Histogram
-from axl.node.store import Batch, CommittedSession, CommittedSessions, InboxStore
+from axl.node.store import WAL_CAP_PAGES, Batch, CommittedSession, CommittedSessions, InboxStore
 
 if TYPE_CHECKING:
     from axl.node.inbox import InboxMessage
@@ -65,8 +66,10 @@ class Journal:
         # The stream sessions' messages as committed (what a restart would find).
         self._sessions = CommittedSessions()
         self._forgotten: list[SessionKey] = []
-        # the store's thread at work (a commit with inbox_sync "full", or a checkpoint)
+        # what commits wait for: a commit with inbox_sync "full", or a checkpoint that empties the WAL
         self._busy: asyncio.Future | None = None
+        self._checkpointing: asyncio.Future | None = None
+        self._truncate = False  # the WAL grew long all the same: the next checkpoint empties it
         self._commit_scheduled = False
         self._retry: asyncio.TimerHandle | None = None
         self._failing = False
@@ -143,17 +146,32 @@ class Journal:
         for entry in staged:
             self._on_stored(entry.message)
             entry.settled(True)
-        if self.store.checkpoint_due:
-            self._busy = asyncio.wrap_future(self.store.checkpoint_in_thread())
-            self._busy.add_done_callback(self._checkpointed)
-        elif self._pending:
+        self._checkpoint_if_due()
+        if self._pending:
             self._commit_soon()
 
+    def _checkpoint_if_due(self) -> None:
+        """Start a checkpoint when the WAL has grown by CHECKPOINT_PAGES: one
+        that commits wait for if the WAL would not start over otherwise."""
+        if self._checkpointing is not None or not (self._truncate or self.store.checkpoint_due):
+            return
+        if self._truncate and self._busy is not None:
+            return  # after the commit under way
+        self._checkpointing = asyncio.wrap_future(self.store.checkpoint_in_thread(truncate=self._truncate))
+        if self._truncate:
+            self._busy = self._checkpointing
+        self._checkpointing.add_done_callback(self._checkpointed)
+
     def _checkpointed(self, done: asyncio.Future) -> None:
-        self._busy = None
+        self._checkpointing = None
+        if self._busy is done:
+            self._busy = None
         if done.exception() is not None:
             log.warning("inbox: checkpoint of %s failed (%s); its WAL grows until one succeeds",
                         self.store.path, done.exception())
+        else:
+            self._truncate = done.result() >= WAL_CAP_PAGES
+        self._checkpoint_if_due()
         if self._pending:
             self._commit_soon()
 
@@ -207,6 +225,8 @@ class Journal:
                 await asyncio.wait([self._busy])
             elif self._pending:
                 self._commit()
+            elif self._checkpointing is not None:
+                await asyncio.wait([self._checkpointing])
             else:
                 return
 

@@ -6,20 +6,20 @@ stream session, the sequence numbers whose messages it holds, so that a
 sender repeating them after a restart gets its answer again instead of a
 second delivery (axl.node.msgstream, SessionRecord).
 
-One connection, in SQLite's exclusive locking mode: a second process
-(another node given the same `inbox_path`) cannot open the file while this
-one has it. What may wait for the disk runs on the store's own thread; the
-rest on the event loop's, where it costs CPU only (docs/architecture.md,
-"The durable inbox"):
+The node holds the file (an flock on `<file>.lock` beside it) while it
+runs: a second node given the same `inbox_path` stops at start-up. What may wait for the disk runs on
+threads of the store's own; the rest on the event loop's, where it costs
+CPU only (docs/architecture.md, "The durable inbox"):
 - `stage` writes a batch's statements into a transaction (SQLite's page
   cache);
 - `commit` ends it: with `inbox_sync` "normal" that is a write into the
   WAL, which the operating system holds, so it runs on the loop;
   `commit_in_thread` is for "full", whose commit waits for `fsync`;
 - `checkpoint_in_thread` copies the WAL into the database and flushes both,
-  every CHECKPOINT_PAGES or so (SQLite's own automatic checkpoints, which
-  would run inside a commit on the loop, are off).
-Only one of these is under way at a time, so commits keep the order of the
+  every CHECKPOINT_PAGES or so, on a second connection and thread, while
+  commits go on (SQLite's own automatic checkpoints, which would run inside
+  a commit on the loop, are off).
+One commit is under way at a time, so commits keep the order of the
 messages.
 
 Start-up refuses a file it cannot trust, in one line, and changes nothing
@@ -30,6 +30,7 @@ on a full disk.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import sqlite3
@@ -55,8 +56,10 @@ _WINDOW_MASK = (1 << WINDOW_MESSAGES) - 1
 _COMMITTED = struct.Struct(f"!Q{_WINDOW_BYTES}s")
 _SESSION_ID = struct.Struct("!Q")
 _PAGE_SIZE = 4096
-# A checkpoint after about this many pages in the WAL (SQLite's own default).
+# A checkpoint after about this many pages in the WAL (SQLite's own default),
+# and one that commits wait for if the WAL grew this long all the same.
 CHECKPOINT_PAGES = 1000
+WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
 PEER_KEY_SIZE = 32
 _TABLES = {"meta", "messages", "sessions"}
 
@@ -171,41 +174,42 @@ class InboxStore:
     writes a batch at a time: `stage`, then `commit` (or `commit_in_thread`
     when commits wait for the disk), and now and then `checkpoint_in_thread`."""
 
-    def __init__(self, path: Path, connection: sqlite3.Connection, sync: str, kept: Kept, used: int) -> None:
+    def __init__(self, path: Path, lock: int, writer: sqlite3.Connection, checkpointer: sqlite3.Connection,
+                 sync: str, kept: Kept, used: int) -> None:
         self.path = path
-        self._db = connection
+        self._lock = lock
+        self._db = writer
+        self._checkpointer = checkpointer
         # With "full", a commit waits for the disk: not on the event loop.
         self.commits_in_thread = sync == "full"
         self._kept: Kept | None = kept
         self._used = used
-        self._wal_pages = 0  # about how many pages were written since the last checkpoint
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox")
+        self._wal_pages = 0  # about how many pages were written since the last checkpoint began
+        self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox")
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox-checkpoint")
 
     @classmethod
     def open(cls, path: Path, sync: str, owner: bytes) -> InboxStore:
         """Open (or create) the file for the node whose key is `owner`.
 
-        Raises StoreError (the file is damaged, locked, or the disk full) or
+        Raises StoreError (the file is damaged, in use, or the disk full) or
         ConfigError (the file is another node's)."""
+        lock = _lock(path)
+        connections: list[sqlite3.Connection] = []
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # Owner-only, like the key file: SQLite gives its WAL the same mode.
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        except OSError as exc:
-            raise StoreError(f"inbox {path}: cannot write it: {exc.strerror}") from None
-        try:
-            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-        except sqlite3.Error as exc:
-            raise StoreError(f"inbox {path}: cannot open it: {exc}") from None
-        try:
-            _check(db, path, owner)
-            _set_modes(db, path, sync)
-            _claim(db, path, owner)
-            kept, used = _read(db, path)
+            writer = _connect(path, connections)
+            _check(writer, path, owner)
+            _set_modes(writer, path, sync)
+            _claim(writer, path, owner)
+            kept, used = _read(writer, path)
+            checkpointer = _connect(path, connections)
+            _set_modes(checkpointer, path, sync)
         except BaseException:
-            db.close()
+            for connection in connections:
+                connection.close()
+            os.close(lock)
             raise
-        return cls(path, db, sync, kept, used)
+        return cls(path, lock, writer, checkpointer, sync, kept, used)
 
     @property
     def kept_messages(self) -> int:
@@ -249,20 +253,25 @@ class InboxStore:
 
     def commit_in_thread(self) -> Future[None]:
         """`commit` on the store's thread; the future fails as `commit` raises."""
-        return self._thread.submit(self.commit)
+        return self._commits.submit(self.commit)
 
     @property
     def checkpoint_due(self) -> bool:
         return self._wal_pages >= CHECKPOINT_PAGES
 
-    def checkpoint_in_thread(self) -> Future[None]:
-        """Copy the WAL into the database file (and flush both) on the store's
-        thread, so the WAL starts over; nothing else may use the store meanwhile."""
+    def checkpoint_in_thread(self, truncate: bool = False) -> Future[int]:
+        """Copy the WAL into the database file (and flush both) on the
+        checkpoint thread, through a connection of its own: commits go on
+        meanwhile. The future gives the WAL's length in pages then; while
+        commits keep coming, the WAL may never start over, and once it is
+        WAL_CAP_PAGES long the caller makes them wait for a checkpoint with
+        `truncate`, which empties it."""
         self._wal_pages = 0
-        return self._thread.submit(self._checkpoint)
+        return self._checkpoints.submit(self._checkpoint, "TRUNCATE" if truncate else "PASSIVE")
 
-    def _checkpoint(self) -> None:
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def _checkpoint(self, mode: str) -> int:
+        _busy, wal_pages, _copied = self._checkpointer.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return wal_pages
 
     def abandon(self) -> None:
         """Roll back a transaction that could not be written whole."""
@@ -270,15 +279,51 @@ class InboxStore:
             self._db.execute("ROLLBACK")
 
     def close(self) -> None:
-        self._thread.shutdown(wait=True)
+        self._commits.shutdown(wait=True)
+        self._checkpoints.shutdown(wait=True)
+        self._checkpointer.close()
         self._db.close()
+        os.close(self._lock)
+
+
+def _lock(path: Path) -> int:
+    """Hold `path` for this process alone while it runs, by an flock on a
+    file beside it (`<path>.lock`: SQLite's own locks are on the database,
+    and closing any descriptor of that file would drop them), so that a
+    second node given the same inbox_path stops at start-up. The database
+    is created if new, owner-only like the key file (SQLite gives its WAL
+    the same mode)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:
+        raise StoreError(f"inbox {path}: cannot write beside it: {exc.strerror}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    except BlockingIOError:
+        os.close(lock)
+        raise StoreError(f"inbox {path}: another process has it open: each running node needs "
+                         f"its own inbox_path") from None
+    except OSError as exc:
+        os.close(lock)
+        raise StoreError(f"inbox {path}: cannot write it: {exc.strerror}") from None
+    return lock
+
+
+def _connect(path: Path, opened: list[sqlite3.Connection]) -> sqlite3.Connection:
+    try:
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    except sqlite3.Error as exc:
+        raise StoreError(f"inbox {path}: cannot open it: {exc}") from None
+    opened.append(connection)
+    return connection
 
 
 def _check(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
-    """Take the file for this process alone and check it, writing nothing:
-    an SQLite database whose pages are sound, new or an inbox of this node."""
+    """Check the file, writing nothing: an SQLite database whose pages are
+    sound, new or an inbox of this node."""
     try:
-        db.execute("PRAGMA locking_mode = EXCLUSIVE")
         problems = [row[0] for row in db.execute("PRAGMA quick_check")]
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         found = dict(db.execute("SELECT name, value FROM meta")) if "meta" in tables else {}
@@ -299,14 +344,15 @@ def _set_modes(db: sqlite3.Connection, path: Path, sync: str) -> None:
         db.execute(f"PRAGMA synchronous = {sync.upper()}")
         # Checkpoints flush to disk: the node runs them itself, off the event loop.
         db.execute("PRAGMA wal_autocheckpoint = 0")
+        # When the WAL starts over, a longer one is cut back to this.
+        db.execute(f"PRAGMA journal_size_limit = {2 * CHECKPOINT_PAGES * _PAGE_SIZE}")
     except sqlite3.Error as exc:
         raise _open_error(path, exc) from None
 
 
 def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
     """Make a new file an inbox of this node, and write once (a start
-    counter): from that first write on, this process holds the file's
-    exclusive lock, and a disk too full for a commit shows now."""
+    counter), so that a disk too full for a commit shows now."""
     try:
         db.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:
