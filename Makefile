@@ -69,7 +69,7 @@ bench-sim: $(BIN)/axl-node
 clean:
 	rm -rf .axl-testnet .pytest_cache build *.egg-info
 
-.PHONY: fuzz fuzz-api chaos soak hostile
+.PHONY: fuzz fuzz-api chaos crash soak hostile
 
 # Every decoder and state machine fed by the network, with 20,000 random and
 # mutated inputs each instead of the suite's 200 (FUZZ_EXAMPLES=... to change).
@@ -84,6 +84,12 @@ fuzz-api: $(BIN)/axl-node
 # Relays killed and links cut under load for 5 minutes; fails on any lost acknowledged message.
 chaos: $(BIN)/axl-node
 	$(PY) -m axl.chaos chaos --duration 300
+
+# 10,000 messages from 4 senders while the receiving node is SIGKILLed 3 times
+# (the durable inbox); CRASH_ARGS=--no-streams sends as Go nodes do.
+CRASH_ARGS ?=
+crash: $(BIN)/axl-node
+	$(PY) -m axl.chaos crash --messages 10000 --senders 4 --kills 3 $(CRASH_ARGS)
 
 # 10 minutes of steady traffic on 5 nodes; RSS and open fds sampled each minute.
 soak: $(BIN)/axl-node

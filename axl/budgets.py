@@ -14,7 +14,7 @@ already acknowledged is dropped.
 
 The protocol's own limits (frame and meta lengths, timers) are in
 docs/protocol.md, section 13; the config fields that size some budgets
-(`max_concurrent_conns`, `max_message_size`, `recv_queue_max_*`) in
+(`max_concurrent_conns`, `max_message_size`, `max_inbox_*`) in
 docs/operations.md.
 """
 

@@ -18,6 +18,7 @@ from axl import __version__
 from axl.config import ConfigError, load_config
 from axl.identity import NodeIdentity
 
+EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 
 USAGE = """\
@@ -33,6 +34,11 @@ examples:
 The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
 GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer},
 GET /metrics (Prometheus) and /dashboard/ (a live page in the browser).
+
+Messages waiting for /recv are kept in axl-inbox.sqlite3 beside the key
+file (PrivateKeyPath), so they survive a restart or a crash; the config's
+inbox_path names another file, "" keeps them in memory. Two nodes need two
+files (docs/operations.md, "The durable inbox").
 
 environment:
   AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
@@ -115,6 +121,7 @@ def run(argv: list[str]) -> int:
     configure_logging(args.log_level)
     from axl.daemon import build_dispatcher, run_daemon
     from axl.node import Node, validate_config
+    from axl.node.store import StoreError, open_inbox
 
     try:
         config = load_config(args.config) if args.config else None
@@ -128,8 +135,13 @@ def run(argv: list[str]) -> int:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logging.getLogger("axl.node").info("%s", version_line())
+    try:
+        inbox_store = open_inbox(config, identity)
+    except (ConfigError, StoreError) as exc:
+        print(f"axl-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
     dispatcher = build_dispatcher(config)
-    node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher)
+    node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher, inbox_store=inbox_store)
     return _run_event_loop(run_daemon(node, dispatcher))
 
 

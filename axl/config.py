@@ -28,6 +28,14 @@ IGNORED_YGGDRASIL_KEYS = frozenset({
 })
 
 
+# The durable inbox's file name when inbox_path is not set: beside the key file.
+INBOX_FILE = "axl-inbox.sqlite3"
+INBOX_SYNC_MODES = ("normal", "full")
+# Earlier names of bridge fields, still read (with a warning).
+RENAMED_FIELDS = {"recv_queue_max_messages": "max_inbox_messages",
+                  "recv_queue_max_bytes": "max_inbox_bytes"}
+
+
 class ConfigError(ValueError):
     """The configuration cannot be used; the message names the field or file."""
 
@@ -56,8 +64,13 @@ class NodeConfig:
     max_concurrent_conns: int = 128
     conn_read_timeout_secs: int = 60
     conn_idle_timeout_secs: int = 300
-    recv_queue_max_messages: int = 1024
-    recv_queue_max_bytes: int = 256 * 1024 * 1024
+    # The receive queue behind /recv: where it is kept (None: INBOX_FILE
+    # beside the key file; "": in memory only), whether each commit waits
+    # for the disk, and its bounds (docs/operations.md, "The durable inbox").
+    inbox_path: str | None = None
+    inbox_sync: str = "normal"
+    max_inbox_messages: int = 1024
+    max_inbox_bytes: int = 256 * 1024 * 1024
     send_timeout_secs: int = 60
     lookup_timeout_secs: int = 10
     mcp_timeout_secs: int = 30
@@ -73,6 +86,16 @@ class NodeConfig:
         if self.private_key_hex:
             return _identity_from_hex(self.private_key_hex), "PrivateKey in the config"
         return NodeIdentity.generate(), "ephemeral key (no PrivateKeyPath): the peer id changes every run"
+
+    def inbox_file(self) -> Path | None:
+        """Where the durable inbox lives; None keeps it in memory (`inbox_path`
+        "", or no key file to put it beside: the key, and with it the
+        node's identity, changes every run)."""
+        if self.inbox_path is not None:
+            return Path(self.inbox_path) if self.inbox_path else None
+        if self.private_key_path:
+            return Path(self.private_key_path).parent / INBOX_FILE
+        return None
 
     @property
     def router_url(self) -> str:
@@ -95,7 +118,7 @@ _OVERLAY_FIELDS = {
 # MulticastInterfaces entry key -> (MulticastRule field, kind)
 _MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Listen": ("listen", bool),
                      "Port": ("port", int), "Priority": ("priority", int), "Password": ("password", str)}
-_BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr"}
+_BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr", "inbox_path", "inbox_sync"}
 _BRIDGE_BOOL_FIELDS = {"message_streams"}
 _PORT_FIELDS = {"api_port", "tcp_port", "message_stream_port", "router_port", "a2a_port"}
 # The port field that goes with each base URL field.
@@ -149,6 +172,8 @@ def _check_value(name: str, value: object) -> None:
         _check_host(name, str(value))
     if name == "PrivateKey" and value:
         _identity_from_hex(str(value))
+    if name == "inbox_sync" and value not in INBOX_SYNC_MODES:
+        raise ConfigError(f'inbox_sync: {value!r} is not "normal" or "full"')
     if name == "AllowedPublicKeys":
         for key in value:  # type: ignore[union-attr]
             if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
@@ -260,6 +285,9 @@ def config_from_dict(raw: dict) -> NodeConfig:
     bridge = _bridge_fields()
     for raw_name, value in raw.items():
         name = _canonical_name(raw_name, bridge)
+        if name in RENAMED_FIELDS:
+            log.warning("config: %s is now called %s; read as that", name, RENAMED_FIELDS[name])
+            name = RENAMED_FIELDS[name]
         if name in _OVERLAY_FIELDS:
             attr, kind = _OVERLAY_FIELDS[name]
         elif name in bridge:

@@ -333,15 +333,24 @@ class Testnet:
         return counts
 
     def write_configs(self) -> None:
-        """Keys (PEM, owner-only), one JSON config per node, and empty logs."""
+        """Keys (PEM, owner-only), one JSON config per node, and empty logs.
+
+        Each node has its own durable inbox (beside the keys, the default
+        would be one file for all); an earlier testnet's inboxes go, since
+        their nodes' keys are gone."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
             node.log_path.write_bytes(b"")
             key_path = self.base_dir / f"node-{node.index}.pem"
             key_path.write_bytes(node.identity.pem())
             os.chmod(key_path, 0o600)
+            inbox_path = self.base_dir / f"node-{node.index}.inbox.sqlite3"
+            tails = ("-wal", "-shm", ".lock")
+            for leftover in (inbox_path, *(inbox_path.with_name(inbox_path.name + tail) for tail in tails)):
+                leftover.unlink(missing_ok=True)
             config = {
                 "PrivateKeyPath": str(key_path.resolve()),
+                "inbox_path": str(inbox_path.resolve()),
                 "Peers": [self.nodes[a].uri(self.edge_scheme(k))
                           for k, (a, b) in enumerate(self.edges) if b == node.index],
                 "Listen": node.listen_uris,

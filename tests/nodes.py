@@ -138,6 +138,8 @@ class Cluster:
             "Listen": [f"tls://127.0.0.1:{listen_port}"] if listen else [],
             "Peers": [peer.listen_uri for peer in peers],
             "api_port": free_port(),
+            # Each node its own inbox: the default (beside the key file) is one per folder.
+            "inbox_path": str(self.inbox_path(name)),
             **(extra or {}),
         }
         config_path = self.base / f"{name}.json"
@@ -146,6 +148,9 @@ class Cluster:
                            self.base / f"{name}.log")
         self.nodes.append(node)
         return node
+
+    def inbox_path(self, name: str) -> Path:
+        return self.base / f"{name}.inbox.sqlite3"
 
     def set_peers(self, node: NodeProcess, peers: list[NodeProcess]) -> None:
         config = json.loads(node.config_path.read_text())

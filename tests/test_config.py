@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,9 @@ def test_unknown_fields_far_from_known_ones_stay_accepted(extra):
     ({"bridge_addr": "not an ip"}, "bridge_addr"),
     ({"AllowedPublicKeys": ["abc"]}, "AllowedPublicKeys"),
     ({"PrivateKey": "zz"}, "PrivateKey"),
+    ({"inbox_sync": "off"}, "inbox_sync"),
+    ({"inbox_path": 3}, "inbox_path"),
+    ({"max_inbox_messages": -1}, "max_inbox_messages"),
 ])
 def test_bad_fields_name_the_field(raw, field):
     with pytest.raises(ConfigError, match=field):
@@ -175,3 +179,22 @@ def test_the_message_stream_needs_its_own_port() -> None:
         config_from_dict({"tcp_port": 7100, "message_stream_port": 7100})
     config = config_from_dict({"tcp_port": 7100, "message_stream_port": 7100, "message_streams": False})
     assert config.tcp_port == 7100
+
+
+def test_the_inbox_lives_beside_the_key_file_unless_told_otherwise(tmp_path) -> None:
+    beside = config_from_dict({"PrivateKeyPath": str(tmp_path / "keys" / "node.pem")})
+    assert beside.inbox_file() == tmp_path / "keys" / "axl-inbox.sqlite3"
+    assert beside.inbox_sync == "normal"
+    chosen = config_from_dict({"PrivateKeyPath": "k.pem", "inbox_path": "q/inbox.db", "inbox_sync": "full"})
+    assert chosen.inbox_file() == Path("q/inbox.db") and chosen.inbox_sync == "full"
+    assert config_from_dict({"PrivateKeyPath": "k.pem", "inbox_path": ""}).inbox_file() is None
+    # An ephemeral key (or one written in the config) has no file to sit beside.
+    assert config_from_dict({}).inbox_file() is None
+    assert config_from_dict({"PrivateKey": "11" * 32}).inbox_file() is None
+
+
+def test_the_receive_queue_bounds_keep_their_earlier_names(caplog) -> None:
+    config = config_from_dict({"recv_queue_max_messages": 8, "recv_queue_max_bytes": 4096})
+    assert (config.max_inbox_messages, config.max_inbox_bytes) == (8, 4096)
+    assert "recv_queue_max_messages is now called max_inbox_messages" in caplog.text
+    assert (config_from_dict({}).max_inbox_messages, config_from_dict({}).max_inbox_bytes) == (1024, 256 << 20)

@@ -102,10 +102,17 @@ def test_recv_queue_gauges_follow_the_queue(trio) -> None:
     queued = scrape(c)
     assert value(queued, "axl_recv_queue_messages") == 2
     assert value(queued, "axl_recv_queue_bytes") == 800
+    assert value(queued, "axl_inbox_messages") == 2 and value(queued, "axl_inbox_bytes") == 800
+    assert value(queued, "axl_inbox_durable") == 1
+    assert value(queued, "axl_inbox_commit_seconds_count") >= 2  # each send alone: its own commit
     assert c.recv(5)[0] == 200 and c.recv(5)[0] == 200
     drained = scrape(c)
     assert value(drained, "axl_recv_queue_messages") == 0
     assert value(drained, "axl_recv_queue_bytes") == 0
+    assert value(drained, "axl_inbox_messages") == 0 and value(drained, "axl_inbox_bytes") == 0
+    inbox = c.get_json("/dashboard/api/snapshot")["inbox"]
+    assert inbox["durable"] and inbox["messages"] == 0 and inbox["commits"] >= 2
+    assert inbox["commit_mean_ms"] > 0
 
 
 def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def configs_cluster(tmp_path):
-    """The three nodes of configs/, unchanged but for the key paths."""
+    """The three nodes of configs/, unchanged but for the key and inbox paths."""
     nodes = []
     for index in (1, 2, 3):
         config = json.loads((REPO / "configs" / f"node{index}.json").read_text())
@@ -27,6 +27,7 @@ def configs_cluster(tmp_path):
         subprocess.run([sys.executable, "-m", "axl.cli", "genkey", str(key)], check=True,
                        capture_output=True)
         config["PrivateKeyPath"] = str(key)
+        config["inbox_path"] = str(tmp_path / f"node{index}.inbox.sqlite3")
         path = tmp_path / f"node{index}.json"
         path.write_text(json.dumps(config))
         nodes.append(NodeProcess(f"node{index}", path, config["api_port"], 9001 if index == 1 else None,

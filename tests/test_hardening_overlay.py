@@ -198,7 +198,6 @@ async def test_a_stalled_reader_pauses_the_sender_instead_of_buffering(tmp_path:
     await sender.start()
     try:
         dest = bytes.fromhex(target.peer_id)
-        loop = asyncio.get_running_loop()
         for _ in range(150):
             if sender.links:
                 break

@@ -4,10 +4,6 @@ other. Nothing here sends multicast on the host's own interfaces."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 

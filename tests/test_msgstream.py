@@ -14,11 +14,14 @@ from axl.node.msgstream import (
     Answered,
     Hello,
     Message,
+    SessionRecord,
     SessionTable,
     StreamError,
     StreamReceiver,
     StreamSender,
     encode_ack,
+    encode_hello,
+    encode_message,
 )
 
 PEER = bytes(32)
@@ -101,6 +104,7 @@ def test_a_message_resent_in_pieces_is_answered_not_delivered() -> None:
     sender.submit(bytes(100_000))
     first = sender.start_connection()
     assert feed(receiver, first)[-1] == Message(1, bytes(100_000))
+    receiver.answer(1, STATUS_QUEUED)  # (a new connection waits for the older one's answers)
     again = StreamReceiver(receiver.table, PEER, max_message_size=1 << 20)
     resent = sender.start_connection()
     events = feed(again, resent[:50_000]) + again.feed(resent[50_000:])
@@ -137,6 +141,34 @@ def test_another_session_or_peer_starts_afresh() -> None:
         events = feed(receiver, sender.start_connection())
         assert events[1] == Message(1, b"x")
         receiver.answer(1, STATUS_QUEUED)
+
+
+def test_a_repeat_without_an_answer_on_record_is_delivered_unless_older_than_the_window() -> None:
+    """A record restored after a restart holds only the answers committed
+    with their messages: a repeat within the window without one was never
+    taken for good, and is delivered; one older than the window cannot be
+    repeated by a sender whose window kept it, so it was acknowledged."""
+    top = STREAM_WINDOW + 10
+    record = SessionRecord(taken_upto=top)
+    record.remember(top - 1, STATUS_QUEUED)
+    assert record.status_of(top - 1) == STATUS_QUEUED
+    assert record.status_of(top - 2) is None and record.status_of(top - STREAM_WINDOW + 1) is None
+    assert record.status_of(top - STREAM_WINDOW) == STATUS_QUEUED
+    table = SessionTable()
+    table.adopt(PEER, 5, record)
+    receiver = StreamReceiver(table, PEER, max_message_size=100)
+    assert receiver.feed(encode_hello(5)) == [Hello(5)]
+    assert receiver.feed(encode_message(top - 1, b"a") + encode_message(top - 2, b"b")) == [
+        Answered(top - 1, STATUS_QUEUED), Message(top - 2, b"b")]
+
+
+def test_answers_older_than_the_window_are_let_go() -> None:
+    record = SessionRecord()
+    for seq in range(1, 3 * STREAM_WINDOW):
+        record.take(seq)
+        record.remember(seq, STATUS_QUEUED)
+    assert len(record.answers) == STREAM_WINDOW
+    assert min(record.answers) == 2 * STREAM_WINDOW
 
 
 def test_session_memory_is_bounded() -> None:
@@ -285,6 +317,7 @@ def test_after_a_reconnection_an_open_body_is_gathered_and_sent_whole() -> None:
     seq = sender.open(10)
     sender.write(b"12345")
     assert feed(first, wire + sender.take_output())[1:] == [Message(1, b"before")]
+    first.answer(1, STATUS_QUEUED)
     second = StreamReceiver(table, PEER, max_message_size=100)
     wire = sender.start_connection()
     sender.write(b"678")

@@ -137,6 +137,7 @@ def hosts(tmp_path: Path):
             key_path.write_bytes(key.pem())
             config = {
                 "PrivateKeyPath": str(key_path),
+                "inbox_path": str(tmp_path / f"{host}.inbox.sqlite3"),
                 "Listen": [f"tls://0.0.0.0:{LISTEN_PORT}"],
                 "Peers": [f"tls://{address(peer, subnet)}:{LISTEN_PORT}" for peer, subnet in dials[host]],
                 "api_port": API_PORT,

@@ -30,7 +30,8 @@ def _start(host: str, password: str, tmp_path: Path) -> HostNode:
     key_path = tmp_path / f"{host}.pem"
     key_path.write_bytes(key.pem())
     config = {
-        "PrivateKeyPath": str(key_path), "Listen": [], "Peers": [], "api_port": API_PORT,
+        "PrivateKeyPath": str(key_path), "inbox_path": str(tmp_path / f"{host}.inbox.sqlite3"),
+        "Listen": [], "Peers": [], "api_port": API_PORT,
         "MulticastInterfaces": [{"Regex": "^mc", "Beacon": True, "Listen": True,
                                  "Port": 0, "Priority": 0, "Password": password}],
     }

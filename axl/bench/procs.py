@@ -65,6 +65,8 @@ class BenchNode:
     api_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     started_at: float = 0.0
+    # config fields over the defaults (the inbox modes the bench compares)
+    settings: dict = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -88,9 +90,11 @@ class BenchNode:
         key_path.write_bytes(self.identity.pem())
         config = {
             "PrivateKeyPath": str(key_path),
+            "inbox_path": str(self.workdir / f"{self.name}.inbox.sqlite3"),
             "Listen": [self.listen_uri],
             "Peers": [peer.listen_uri for peer in self.peers],
             "api_port": self.api_port,
+            **self.settings,
         }
         path = self.workdir / f"{self.name}.json"
         path.write_text(json.dumps(config))

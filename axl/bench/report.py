@@ -33,6 +33,26 @@ class Row:
     target: str = ""
 
 
+# The receiver's inbox in the bench's second round of 1 KiB phases (the
+# first runs the default: a durable inbox with inbox_sync "normal").
+INBOX_MODE_LABELS = {"off": 'inbox in memory (inbox_path "")', "full": 'inbox_sync "full"'}
+
+
+def _inbox_mode_rows(mode: str, how: str) -> list[Row]:
+    rows = [
+        Row(f"small_msgs_per_s_inbox_{mode}", f"1 KiB /send x 8 senders, {how}, acknowledged/s", "{:.0f}"),
+        Row(f"small_ratio_noop_inbox_{mode}", "  ratio to no-op rate", "{:.3f}"),
+        Row(f"small_lost_inbox_{mode}", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+        Row(f"small_cpu_receiver_ms_inbox_{mode}", "  CPU per message: receiving node, ms", "{:.3f}"),
+        Row(f"ws_msgs_per_s_inbox_{mode}", f"1 KiB over one /ws socket, {how}, acknowledged/s", "{:.0f}"),
+        Row(f"ws_lost_inbox_{mode}", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+    ]
+    if mode != "off":  # an inbox in memory makes no commits
+        rows += [Row(f"ws_commit_ms_inbox_{mode}", "  receiver's inbox commit, mean ms", "{:.2f}"),
+                 Row(f"ws_per_commit_inbox_{mode}", "  messages per inbox commit", "{:.1f}")]
+    return rows
+
+
 ROWS: list[Row] = [
     Row("raw_tls_mbps", "raw TLS stream, MB/s", "{:.1f}"),
     Row("bulk1_mbps", "bulk 1 hop (/send+/recv), MB/s", "{:.1f}"),
@@ -45,7 +65,7 @@ ROWS: list[Row] = [
     Row("noop_cpu_client_ms", "  CPU per request: the bench's client, ms", "{:.3f}"),
     Row("idle_latency_p50_ms", "one message at a time, send->receipt p50, ms", "{:.2f}", "<= 2"),
     Row("idle_latency_p99_ms", "  p99, ms", "{:.2f}", "<= 5"),
-    Row("small_msgs_per_s", "1 KiB /send x 8 senders, acknowledged (200)/s", "{:.0f}"),
+    Row("small_msgs_per_s", "1 KiB /send x 8 senders (durable inbox), acknowledged (200)/s", "{:.0f}"),
     Row("small_ratio_noop", "  ratio to no-op rate", "{:.3f}", ">= 0.4"),
     Row("noop_pairs_per_s", "  the same /send+/recv pairs to a no-op server, /s", "{:.0f}"),
     Row("noop_pairs_ratio_noop", "    their ratio to no-op rate (the probe's ceiling)", "{:.3f}"),
@@ -56,9 +76,12 @@ ROWS: list[Row] = [
     Row("small_cpu_sender_ms", "  CPU per message: sending node, ms", "{:.3f}"),
     Row("small_cpu_receiver_ms", "  CPU per message: receiving node, ms", "{:.3f}"),
     Row("small_cpu_client_ms", "  CPU per message: the bench's client, ms", "{:.3f}"),
-    Row("ws_msgs_per_s", "1 KiB over one /ws socket, acknowledged (200)/s", "{:.0f}", ">= 10000"),
+    Row("ws_msgs_per_s", "1 KiB over one /ws socket (durable inbox), acknowledged (200)/s", "{:.0f}", ">= 10000"),
     Row("ws_ratio_noop", "  ratio to no-op rate", "{:.3f}", ">= 1"),
     Row("ws_lost", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+    Row("ws_commit_ms", "  receiver's inbox commit, mean ms", "{:.2f}"),
+    Row("ws_per_commit", "  messages per inbox commit", "{:.1f}"),
+    *(row for mode, how in INBOX_MODE_LABELS.items() for row in _inbox_mode_rows(mode, how)),
     Row("idle_rss_mb", "idle node RSS, MB", "{:.1f}", "<= 40"),
     Row("relay_peak_rss_mb", "relay peak RSS during bulk, MB", "{:.1f}"),
     Row("relay_growth_mib", "  growth over idle, MiB", "{:.1f}", "<= 16"),

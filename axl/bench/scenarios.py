@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import struct
 import subprocess
@@ -37,6 +38,11 @@ lost or a node is stuck, and the bench fails instead of hanging."""
 BASELINE_TRIES = 3
 """Baselines are ceilings: the best of a few runs, so that a moment of load
 from elsewhere on the machine does not flatter the node's ratios."""
+
+
+# The receiver's inbox in the phases that compare them; the line itself runs
+# with the default, a durable inbox with inbox_sync "normal".
+INBOX_MODES = {"off": {"inbox_path": ""}, "full": {"inbox_sync": "full"}}
 
 
 class BenchFailed(Exception):
@@ -86,6 +92,8 @@ class LoopBench:
                 await self._phase("bulk", self._bulk())
                 await self._phase("small messages", self._small_messages())
                 await self._phase("/ws messages", self._ws_messages())
+                for mode, settings in INBOX_MODES.items():
+                    await self._phase(f"inbox {mode}", self._inbox_mode(mode, settings))
                 await self._phase("unknown peer", self._unknown_peer())
             finally:
                 for node in self.nodes:
@@ -211,7 +219,21 @@ class LoopBench:
 
     # -- small messages ----------------------------------------------------
 
-    async def _small_messages(self) -> None:
+    async def _inbox_mode(self, mode: str, settings: dict) -> None:
+        """The 1 KiB /send and /ws phases again, n1 started anew with another inbox."""
+        receiver = self.nodes[1]
+        receiver.stop()
+        receiver.settings = settings
+        receiver.spawn()
+        await receiver.wait_bridge(self.http)
+        await receiver.wait_peers(self.http, {self.nodes[0].peer_id})
+        while await self._post(self.nodes[0], receiver.peer_id, b"warm-up") != 200:
+            await asyncio.sleep(0.2)
+        await self._recv(receiver, RECV_WAIT)
+        await self._small_messages(f"_inbox_{mode}")
+        await self._ws_messages(f"_inbox_{mode}")
+
+    async def _small_messages(self, suffix: str = "") -> None:
         source, dest = self.nodes[0], self.nodes[1]
         sizes = self.sizes
         sent_at: dict[int, float] = {}
@@ -254,23 +276,26 @@ class LoopBench:
         senders_done.set()
         await asyncio.gather(*receivers)
         latencies = [(received_at[i] - sent_at[i]) * 1000 for i in received_at]
-        self.figures.update(
-            small_msgs_per_s=len(acked) / elapsed,
-            small_lost=float(len(acked - received_at.keys())),
-            small_failed=float(failed),
-            latency_p50_ms=percentile(latencies, 0.50),
-            latency_p99_ms=percentile(latencies, 0.99),
-            small_cpu_sender_ms=cpu_used[0] / sizes.small_count * 1000,
-            small_cpu_receiver_ms=cpu_used[1] / sizes.small_count * 1000,
-            small_cpu_client_ms=cpu_used[2] / sizes.small_count * 1000,
-        )
+        figures = {
+            "small_msgs_per_s": len(acked) / elapsed,
+            "small_lost": float(len(acked - received_at.keys())),
+            "small_failed": float(failed),
+            "latency_p50_ms": percentile(latencies, 0.50),
+            "latency_p99_ms": percentile(latencies, 0.99),
+            "small_cpu_sender_ms": cpu_used[0] / sizes.small_count * 1000,
+            "small_cpu_receiver_ms": cpu_used[1] / sizes.small_count * 1000,
+            "small_cpu_client_ms": cpu_used[2] / sizes.small_count * 1000,
+        }
+        self.figures.update({key + suffix: value for key, value in figures.items()})
 
     # -- the streaming bridge ------------------------------------------------
 
-    async def _ws_messages(self) -> None:
+    async def _ws_messages(self, suffix: str = "") -> None:
         """1 KiB messages n0 -> n1 over /ws: one sending socket (rate of 200
-        acks) and one receiving socket on n1 that marks each delivery done."""
+        acks) and one receiving socket on n1 that marks each delivery done;
+        and n1's inbox commits meanwhile (their mean time, messages per commit)."""
         source, dest = self.nodes[0], self.nodes[1]
+        commits_before = await self._inbox_commits(dest)
         count = self.sizes.small_count
         frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
         async with self.http.ws_connect(f"{dest.url}/ws?recv=1&window=1024") as inbound, \
@@ -284,8 +309,20 @@ class LoopBench:
             await writing
             await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
             receiving.cancel()
-        self.figures["ws_msgs_per_s"] = acked / elapsed
-        self.figures["ws_lost"] = float(acked - len(delivered))
+        self.figures["ws_msgs_per_s" + suffix] = acked / elapsed
+        self.figures["ws_lost" + suffix] = float(acked - len(delivered))
+        count, seconds = (after - before for after, before in zip(await self._inbox_commits(dest), commits_before))
+        self.figures["ws_commit_ms" + suffix] = seconds / count * 1000 if count else math.nan
+        self.figures["ws_per_commit" + suffix] = acked / count if count else math.nan
+
+    async def _inbox_commits(self, node: BenchNode) -> tuple[float, float]:
+        """How many inbox commits `node` has made, and their total time (s), from /metrics."""
+        async with self.http.get(node.url + "/metrics") as resp:
+            text = await resp.text()
+        found = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                     if line.startswith(("axl_inbox_commit_seconds_count ", "axl_inbox_commit_seconds_sum ")))
+        return (float(found.get("axl_inbox_commit_seconds_count", 0)),
+                float(found.get("axl_inbox_commit_seconds_sum", 0)))
 
     @staticmethod
     async def _ws_write(ws: aiohttp.ClientWebSocketResponse, frame: bytes, count: int) -> None:
@@ -415,6 +452,8 @@ class LoopBench:
         fig["small_ratio_noop"] = fig["small_msgs_per_s"] / fig["noop_req_per_s"]
         fig["noop_pairs_ratio_noop"] = fig["noop_pairs_per_s"] / fig["noop_req_per_s"]
         fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
+        for mode in INBOX_MODES:
+            fig[f"small_ratio_noop_inbox_{mode}"] = fig[f"small_msgs_per_s_inbox_{mode}"] / fig["noop_req_per_s"]
 
     # -- HTTP helpers --------------------------------------------------------
 

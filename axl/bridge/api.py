@@ -27,6 +27,8 @@ log = logging.getLogger("axl.bridge")
 
 MAX_RECV_WAIT = 300.0
 DEST_HEADER = "X-Destination-Peer-Id"
+# The message's own id (as /ws gives it): the same if it is delivered again.
+MESSAGE_ID_HEADER = "X-Message-Id"
 RECEIVER_ATTACHED = "a /ws?recv=1 connection is receiving this node's messages"
 JSON = "application/json; charset=utf-8"
 
@@ -64,6 +66,8 @@ class BridgeNode(ObservedNode, Protocol):
     def take(self, wait: float, until: asyncio.Future | None = None) -> asyncio.Future: ...
 
     def give_back(self, messages: list[QueuedMessage]) -> None: ...
+
+    def delivered(self, messages: list[QueuedMessage]) -> None: ...
 
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes: ...
 
@@ -256,7 +260,8 @@ def recv_answer(node: BridgeNode, slot: ReceiverSlot,
 
     The wait (`node.take(wait, until=closing)`) takes a message only while
     the client is still there, and ends early when it leaves. The caller
-    gives the message back if writing the answer fails.
+    gives the message back if writing the answer fails, and tells the node
+    it was delivered once written.
     """
     if message is None:
         return Answer(204), None
@@ -265,7 +270,7 @@ def recv_answer(node: BridgeNode, slot: ReceiverSlot,
         node.give_back([message])
         return text_answer(409, RECEIVER_ATTACHED), None
     return Answer(200, message.payload, "application/octet-stream",
-                  (("X-From-Peer-Id", message.sender.hex()),)), message
+                  (("X-From-Peer-Id", message.sender.hex()), (MESSAGE_ID_HEADER, str(message.id)))), message
 
 
 def left_before_delivery(node: BridgeNode, message: QueuedMessage) -> None:

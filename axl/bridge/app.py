@@ -106,6 +106,7 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     except (ConnectionError, ClientConnectionError, asyncio.CancelledError):
         api.left_before_delivery(node, message)
         raise
+    node.delivered([message])
     return response
 
 

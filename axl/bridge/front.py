@@ -451,10 +451,13 @@ class BridgeConnection(asyncio.Protocol):
             self.close()
             return
         answer, message = api.recv_answer(self.door.node, self.door.receiver, taking.result())
-        if message is not None and (self.transport is None or self.transport.is_closing()):
+        if message is None:
+            self._answer(answer)
+        elif self.transport is None or self.transport.is_closing():
             api.left_before_delivery(self.door.node, message)
-            return
-        self._answer(answer)
+        else:
+            self._answer(answer)
+            self.door.node.delivered([message])
 
     # -- answering ---------------------------------------------------------
 

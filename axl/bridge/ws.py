@@ -324,8 +324,7 @@ class StreamingSession:
         unknown = [i for i in ids if i not in self._delivered]
         if unknown:
             raise ProtocolViolation(f"done for id {unknown[0]}, which is not delivered and undone")
-        for message_id in ids:
-            del self._delivered[message_id]
+        self.node.delivered([self._delivered.pop(message_id) for message_id in ids])
         self._room_to_deliver.set()
 
     # -- delivering to the client --------------------------------------------

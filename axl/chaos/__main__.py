@@ -1,4 +1,4 @@
-"""`python -m axl.chaos chaos|soak|fuzz-api`: see the package's docstring."""
+"""`python -m axl.chaos chaos|crash|soak|fuzz-api`: see the package's docstring."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import axl.chaos
+from axl.chaos.crash import run_crash
 from axl.chaos.fuzzapi import run_fuzz_api
 from axl.chaos.hostile import run_hostile
 from axl.chaos.mesh import run_chaos
@@ -26,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     chaos = sub.add_parser("chaos", help="kill relays and cut links under load; check zero loss")
     chaos.add_argument("--duration", type=float, default=300.0)
     chaos.add_argument("--seed", type=int, default=1)
+    crash = sub.add_parser("crash", help="SIGKILL the receiving node under a flood; check exactly once")
+    crash.add_argument("--messages", type=int, default=10_000)
+    crash.add_argument("--senders", type=int, default=4)
+    crash.add_argument("--kills", type=int, default=3)
+    crash.add_argument("--no-streams", action="store_true",
+                       help="message_streams false: one connection per message, as Go nodes send")
+    crash.add_argument("--seed", type=int, default=1)
     soak = sub.add_parser("soak", help="steady traffic on 5 nodes; RSS and fds each interval")
     soak.add_argument("--duration", type=float, default=600.0)
     soak.add_argument("--interval", type=float, default=60.0)
@@ -36,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     hostile = sub.add_parser("hostile", help="three attacks on a node's budgets; RSS growth and /health")
     hostile.add_argument("--node-command", default=None,
                          help="how to start the attacked node [this interpreter: python -m axl.cli]")
-    for command in (chaos, soak, fuzz, hostile):
+    for command in (chaos, crash, soak, fuzz, hostile):
         command.add_argument("--dir", default=None, help="keys, configs and logs [a new temp dir]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -44,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"working in {base}", flush=True)
     if args.command == "chaos":
         report = run_chaos(base, args.duration, args.seed)
+        print(report.text())
+        return 0 if report.ok() else 1
+    if args.command == "crash":
+        report = run_crash(base, args.messages, args.senders, args.kills, not args.no_streams, args.seed)
         print(report.text())
         return 0 if report.ok() else 1
     if args.command == "soak":

@@ -41,7 +41,9 @@ class SendFailed(MessageEvent):
 
 @dataclass
 class InboundMessage(MessageEvent):
-    """A whole message arrived; answer it with `answer_inbound(handle, ...)`."""
+    """A whole message arrived; answer it with `answer_inbound(handle, ...)`.
+    `origin`: its (session id, sequence number) when it came on a message stream."""
 
     sender: bytes
     payload: bytes
+    origin: tuple[int, int] | None = None

@@ -1,10 +1,16 @@
-"""The bounded receive queue behind `GET /recv`.
+"""The bounded receive queue behind `GET /recv` and `/ws?recv=1`.
 
 Unlike the Go node, a full queue refuses new messages instead of dropping
 the oldest: a refused message is reported to its sender (HTTP 503 there),
 so nothing that was acknowledged is ever lost. A message taken out for a
 client that then cannot be given it (the HTTP client left, a WebSocket
-closed before saying "done") is given back to the front of the queue.
+closed before saying "done") is given back to the front of the queue. It
+leaves the inbox for good once the bridge says it was delivered.
+
+With a store (axl.node.store) the inbox is durable: a message is committed
+before its sender is answered, and its deletion once it was delivered, in
+batches (axl.node.journal). A message becomes visible to clients only once
+committed, so a client never reads one its sender may still see fail.
 
 A long poll waiting on an empty queue is handed the next message directly
 (first come, first served): no wake-up of every poller, no task, one timer.
@@ -17,7 +23,15 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from itertools import count
+
+from axl.node.journal import Journal, Settled, StreamOrigin
+from axl.node.msgstream import SessionRecord
+from axl.node.stats import Histogram
+from axl.node.store import InboxStore
+
+# From a commit into the WAL (well under a millisecond) to one flushed to a
+# slow disk under load.
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 @dataclass(frozen=True)
@@ -30,35 +44,71 @@ class InboxMessage:
 
 
 class Inbox:
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+    def __init__(self, max_messages: int, max_bytes: int, store: InboxStore | None = None) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self._messages: deque[InboxMessage] = deque()
         self._bytes = 0
+        # accepted and not yet delivered: queued, with a client, or being committed
+        self.held = 0
+        self.held_bytes = 0
         self._waiters: deque[asyncio.Future[InboxMessage | None]] = deque()
-        self._ids = count(1)
+        self.commit_seconds = Histogram(COMMIT_BUCKETS)
+        # the highest message id given (with a store, never given twice across restarts either)
+        self._last_id = 0
+        self.journal: Journal | None = None
+        if store is not None:
+            kept = store.take_kept()
+            for id_, sender, payload in kept.messages:
+                self._enqueue(InboxMessage(id_, sender, payload))
+            self.held, self.held_bytes = len(self._messages), self._bytes
+            self._last_id = kept.last_id
+            self.journal = Journal(store, kept.sessions, kept.last_id, self.commit_seconds,
+                                   stored=self._enqueue, refused=self._release)
 
     def __len__(self) -> int:
+        """Messages waiting for a client."""
         return len(self._messages)
 
     @property
     def queued_bytes(self) -> int:
         return self._bytes
 
-    def has_room(self, size: int) -> bool:
-        """Would a message of `size` bytes fit? An empty queue takes any size."""
-        if not self._messages:
-            return True
-        return len(self._messages) < self.max_messages and self._bytes + size <= self.max_bytes
+    @property
+    def durable(self) -> bool:
+        return self.journal is not None
 
-    def put(self, sender: bytes, payload: bytes) -> bool:
+    def session_records(self) -> list[tuple[bytes, int, SessionRecord]]:
+        """The message stream sessions whose messages a durable inbox committed
+        (after a restart: before it), as the stream's receiver remembers them."""
+        return self.journal.session_records() if self.journal is not None else []
+
+    def has_room(self, size: int) -> bool:
+        """Would a message of `size` bytes fit? An inbox holding nothing takes any size."""
+        if not self.held:
+            return True
+        return self.held < self.max_messages and self.held_bytes + size <= self.max_bytes
+
+    def put(self, sender: bytes, payload: bytes, settled: Settled, origin: StreamOrigin | None = None) -> None:
+        """Take a message if there is room; `settled` says whether it is stored:
+        at once in memory, after its commit with a store (False if that fails)."""
         if not self.has_room(len(payload)):
-            return False
-        message = InboxMessage(next(self._ids), sender, payload)
+            settled(False)
+            return
+        self._last_id += 1
+        message = InboxMessage(self._last_id, sender, payload)
+        self.held += 1
+        self.held_bytes += len(payload)
+        if self.journal is None:
+            self._enqueue(message)
+            settled(True)
+        else:
+            self.journal.add(message, origin, settled)
+
+    def _enqueue(self, message: InboxMessage) -> None:
         if not self._hand_over(message):
             self._messages.append(message)
-            self._bytes += len(payload)
-        return True
+            self._bytes += len(message.payload)
 
     def _hand_over(self, message: InboxMessage) -> bool:
         """Give `message` to the longest-waiting poll still waiting, if any."""
@@ -81,6 +131,18 @@ class Inbox:
             returned.popleft()
         self._messages.extendleft(reversed(returned))
         self._bytes += sum(len(message.payload) for message in returned)
+
+    def delivered(self, messages: Iterable[InboxMessage]) -> None:
+        """Taken messages that reached their client: they leave the inbox (the store's copy too)."""
+        for message in messages:
+            self._release(message)
+            if self.journal is not None:
+                self.journal.delete(message.id)
+
+    def _release(self, message: InboxMessage) -> None:
+        """`message` is no longer held: delivered, or refused after all (its commit failed)."""
+        self.held -= 1
+        self.held_bytes -= len(message.payload)
 
     def get_nowait(self) -> InboxMessage | None:
         if not self._messages:
@@ -129,6 +191,15 @@ class Inbox:
             if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
                 self.give_back([waiter.result()])
             raise
+
+    async def flush(self) -> None:
+        """Commit what waits (the node is stopping): its senders get their answers."""
+        if self.journal is not None:
+            await self.journal.flush()
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
 
 
 def _give_up(waiter: asyncio.Future, _settled: object = None) -> None:

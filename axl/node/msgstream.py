@@ -18,7 +18,9 @@ its old sequence number. The receiver remembers, per session, the highest
 sequence number it handed to the application and the recent answers, so a
 message delivered before the break is acknowledged again (with its first
 status) instead of being delivered twice. (Its caller makes a new connection
-wait until the older one's messages are all answered.)
+wait until the older one's messages are all answered.) A node with a durable
+inbox keeps those answers with the messages, so this holds across its
+restarts too (axl.node.store).
 """
 
 from __future__ import annotations
@@ -310,23 +312,44 @@ class StreamSender:
 
 @dataclass(slots=True)
 class SessionRecord:
-    """What a receiver remembers of one sender's session."""
+    """What a receiver remembers of one sender's session: the highest
+    sequence number handed to the application, and the answers given to the
+    sequence numbers of the last window up to it.
 
-    # the highest sequence number handed to the application (answered or not)
+    A sender has at most STREAM_WINDOW messages on the wire unanswered, so
+    a message it sends again is never older than that window: an older one
+    was acknowledged. Within the window, a sequence number without an answer
+    was never answered (a record restored after a restart holds only what was
+    committed), so that message is delivered."""
+
     taken_upto: int = 0
     answers: OrderedDict[int, int] | None = None
 
-    def remember(self, seq: int, status: int) -> None:
-        if self.answers is None:
-            self.answers = OrderedDict()
-        self.answers[seq] = status
-        while len(self.answers) > STREAM_WINDOW:
-            self.answers.popitem(last=False)
+    def take(self, seq: int) -> None:
+        self.taken_upto = max(self.taken_upto, seq)
 
-    def status_of(self, seq: int) -> int:
-        # Older than the remembered answers: the sender's window cannot hold
-        # it, so it was acknowledged already and the sender dropped it.
-        return (self.answers or {}).get(seq, STATUS_QUEUED)
+    def remember(self, seq: int, status: int) -> None:
+        answers = self.answers
+        if answers is None:
+            answers = self.answers = OrderedDict()
+        answers[seq] = status
+        # Answers come in about sequence order: drop those now older than the window.
+        floor = self.taken_upto - STREAM_WINDOW
+        while answers and next(iter(answers)) <= floor:
+            answers.popitem(last=False)
+        if len(answers) > 2 * STREAM_WINDOW:  # out of order enough to leave old ones behind
+            self.answers = OrderedDict((old, kept) for old, kept in answers.items() if old > floor)
+
+    def status_of(self, seq: int) -> int | None:
+        """The answer given to `seq`, or None if it was never answered."""
+        if self.answers is not None and seq in self.answers:
+            return self.answers[seq]
+        if seq <= self.taken_upto - STREAM_WINDOW:
+            return STATUS_QUEUED
+        return None
+
+
+SessionKey = tuple[bytes, int]
 
 
 class SessionTable:
@@ -334,18 +357,25 @@ class SessionTable:
 
     def __init__(self, capacity: int = MAX_STREAM_SESSIONS) -> None:
         self.capacity = capacity
-        self._records: OrderedDict[tuple[bytes, int], SessionRecord] = OrderedDict()
+        self._records: OrderedDict[SessionKey, SessionRecord] = OrderedDict()
 
     def record(self, peer: bytes, session_id: int) -> SessionRecord:
         key = (peer, session_id)
         record = self._records.get(key)
         if record is None:
-            record = self._records[key] = SessionRecord()
-            if len(self._records) > self.capacity:
-                self._records.popitem(last=False)
+            record = SessionRecord()
+            self.adopt(peer, session_id, record)
         else:
             self._records.move_to_end(key)
         return record
+
+    def adopt(self, peer: bytes, session_id: int, record: SessionRecord) -> None:
+        """Hold `record` as the session's, the most recent (a restored one, or a new one)."""
+        key = (peer, session_id)
+        self._records[key] = record
+        self._records.move_to_end(key)
+        if len(self._records) > self.capacity:
+            self._records.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -440,11 +470,13 @@ class StreamReceiver:
 
     def _complete(self, seq: int, payload: bytes, events: list[Hello | Message | Answered]) -> None:
         """A whole message: new ones are delivered, repeated ones answered again."""
-        assert self.record is not None
-        if seq <= self.record.taken_upto:
-            events.append(Answered(seq, self.record.status_of(seq)))
+        record = self.record
+        assert record is not None
+        status = record.status_of(seq) if seq <= record.taken_upto else None
+        if status is not None:
+            events.append(Answered(seq, status))
         else:
-            self.record.taken_upto = seq
+            record.take(seq)
             events.append(Message(seq, payload))
 
     def _skip_body(self, offset: int) -> int:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from functools import partial
 from typing import Protocol
 
 from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPATCHES_PER_NODE,
@@ -28,6 +29,7 @@ from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import NodeStats
+from axl.node.store import InboxStore
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
@@ -68,7 +70,7 @@ def validate_config(config: NodeConfig) -> None:
 
 class Node:
     def __init__(self, config: NodeConfig, identity: NodeIdentity, key_origin: str = "",
-                 inbound_handler: InboundHandler | None = None,
+                 inbound_handler: InboundHandler | None = None, inbox_store: InboxStore | None = None,
                  message_settings: MessageSettings | None = None) -> None:
         """`message_settings` default to the config's (a test may set others)."""
         self.config = config
@@ -85,7 +87,8 @@ class Node:
             identity, self,
             allowed_keys={bytes.fromhex(key) for key in config.allowed_public_keys},
         )
-        self.inbox = Inbox(config.recv_queue_max_messages, config.recv_queue_max_bytes)
+        self.inbox = Inbox(config.max_inbox_messages, config.max_inbox_bytes, inbox_store)
+        self.core.messages.streams.restore_sessions(self.inbox.session_records())
         self.inbound_handler = inbound_handler
         self._waiting: dict[int, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -248,6 +251,10 @@ class Node:
         """Messages taken by `recv` that their client never got go back to the front."""
         self.inbox.give_back(messages)
 
+    def delivered(self, messages: list[InboxMessage]) -> None:
+        """Messages taken by `recv` that reached their client leave the inbox."""
+        self.inbox.delivered(messages)
+
     async def request(self, dest_key: bytes, payload: bytes, timeout: float) -> bytes:
         handle = self.core.request(dest_key, payload, timeout, time.monotonic())
         return await self._outcome(handle)
@@ -273,7 +280,7 @@ class Node:
         self.stats.message_received(event.sender, len(event.payload), time.time())
         handler = self.inbound_handler
         if handler is None or not handler.claims(event.payload):
-            self._answer(event.handle, self._queue_inbound(event.payload, event.sender))
+            self._queue_inbound(event)
         elif self.dispatches.take(event.sender, len(event.payload)):
             self._spawn(self._dispatch_inbound(handler, event))
         else:
@@ -283,13 +290,16 @@ class Node:
     async def _dispatch_inbound(self, handler: InboundHandler, event: InboundMessage) -> None:
         try:
             outcome = await handler.dispatch(event.sender, event.payload)
-            verdict = outcome.reply if outcome.handled else self._queue_inbound(event.payload, event.sender)
         except Exception:
             log.exception("inbound dispatch failed; refusing the message")
-            verdict = False
+            self._answer(event.handle, False)
+            return
         finally:
             self.dispatches.give(event.sender, len(event.payload))
-        self._answer(event.handle, verdict)
+        if outcome.handled:
+            self._answer(event.handle, outcome.reply)
+        else:
+            self._queue_inbound(event)
 
     def _refuse_dispatch(self, sender: bytes) -> None:
         """Log a refusal beyond the dispatch budget, at most once every
@@ -306,16 +316,31 @@ class Node:
                     budget.items_per_peer, budget.items_per_node)
         self._dispatch_refusals = 0
 
-    def _queue_inbound(self, message: bytes, sender: bytes) -> bytes | None | bool:
-        """Into the inbox: the reply to write back (an envelope of a switched-off
-        adapter is told so), None for none, or False when the inbox refused it."""
-        if not self.inbox.put(sender, message):
-            full = len(self.inbox) >= self.inbox.max_messages
-            self.inbox_refused["recv_queue" if full else "recv_queue_bytes"] += 1
-            log.warning("receive queue full: refused a message from %s", sender.hex()[:16])
-            return False
+    def _queue_inbound(self, event: InboundMessage) -> None:
+        """Into the inbox. Its sender is answered once it is stored (with a
+        durable inbox: committed): with the reply an envelope of a
+        switched-off adapter gets, or none; or refused when it is not."""
         handler = self.inbound_handler
-        return handler.refusal(message) if handler is not None else None
+        reply = handler.refusal(event.payload) if handler is not None else None
+        self.inbox.put(event.sender, event.payload, partial(self._stored, event, reply), event.origin)
+
+    def _stored(self, event: InboundMessage, reply: bytes | None, stored: bool) -> None:
+        if not stored:
+            self._inbox_refused(event.sender, len(event.payload))
+        self._answer(event.handle, reply if stored else False)
+
+    def _inbox_refused(self, sender: bytes, size: int) -> None:
+        """Count and log a message the inbox did not take: no room, or (a
+        durable inbox) its commit failed, which the journal logs itself."""
+        inbox = self.inbox
+        if inbox.held >= inbox.max_messages:
+            budget = "recv_queue"
+        elif inbox.held_bytes + size > inbox.max_bytes:
+            budget = "recv_queue_bytes"
+        else:
+            return
+        self.inbox_refused[budget] += 1
+        log.warning("receive queue full: refused a message from %s", sender.hex()[:16])
 
     def _answer(self, handle: int, verdict: bytes | None | bool) -> None:
         reply = verdict if isinstance(verdict, bytes) else None
@@ -351,8 +376,8 @@ class Node:
         inbox, links = self.inbox, list(self.links.values())
         return [
             *self.dispatches.usage(),
-            BudgetUse("recv_queue", "node", inbox.max_messages, len(inbox), self.inbox_refused["recv_queue"]),
-            BudgetUse("recv_queue_bytes", "node", inbox.max_bytes, inbox.queued_bytes,
+            BudgetUse("recv_queue", "node", inbox.max_messages, inbox.held, self.inbox_refused["recv_queue"]),
+            BudgetUse("recv_queue_bytes", "node", inbox.max_bytes, inbox.held_bytes,
                       self.inbox_refused["recv_queue_bytes"]),
             BudgetUse("link_queue_bytes", "link", LINK_QUEUE_BYTES,
                       max((link.queued_bytes for link in links), default=0),
@@ -408,6 +433,7 @@ class Node:
             log.info("A2A requests from peers go to %s", self.config.a2a_url)
 
     async def stop(self) -> None:
+        await self.inbox.flush()  # what arrived is committed and its senders answered
         self.core.abort_all(time.monotonic())
         self._drain()
         # Aborted messages report nothing more: their callers hear it here.
@@ -424,3 +450,4 @@ class Node:
         if self.discovery is not None:
             await self.discovery.stop()
         await self.link_manager.stop()
+        self.inbox.close()

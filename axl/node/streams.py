@@ -34,11 +34,11 @@ from axl.node.events import Acknowledged, InboundMessage, MessageEvent, SendFail
 from axl.node.msgstream import (
     STATUS_QUEUED,
     STATUS_REFUSED,
-    STATUS_TOO_LARGE,
     Ack,
     Answered,
     Hello,
     Message,
+    SessionRecord,
     SessionTable,
     StreamError,
     StreamedBody,
@@ -430,6 +430,13 @@ class MessageStreams:
 
     # -- the receiving side ---------------------------------------------
 
+    def restore_sessions(self, sessions: list[tuple[bytes, int, SessionRecord]]) -> None:
+        """Take the sessions' answers a durable inbox kept across a restart
+        (least recently used first): a sender repeating a message it had
+        delivered before gets its answer, not a second delivery."""
+        for peer, session_id, record in sessions:
+            self._sessions.adopt(peer, session_id, record)
+
     def accept(self, conn: TcpConnection, peer: bytes, now: float) -> None:
         stream = _InboundStream(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
         self._by_conn[conn] = stream
@@ -513,7 +520,8 @@ class MessageStreams:
             handle = next(self._handles)
             stream.in_flight[handle] = event.seq
             self._answers[handle] = stream
-            self._events.append(InboundMessage(handle, receiver.peer, event.payload))
+            self._events.append(InboundMessage(handle, receiver.peer, event.payload,
+                                               (stream.session[1], event.seq)))
         if stream.in_flight:
             self._set_deadline(stream, None)
             return

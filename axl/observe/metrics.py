@@ -47,6 +47,7 @@ class NodeCollector:
         yield from self._destinations(self.node.stats)
         yield from self._queues()
         yield from self._budgets()
+        yield from self._inbox()
         yield from self._http()
 
     def _identity(self) -> Iterator[Metric]:
@@ -153,6 +154,19 @@ class NodeCollector:
                 in_use.add_metric(scope, use.in_use)
             refused.add_metric(scope, use.refused)
         yield from (limit, in_use, refused)
+
+    def _inbox(self) -> Iterator[Metric]:
+        inbox = self.node.inbox
+        yield GaugeMetricFamily("axl_inbox_messages", "Messages the inbox holds: taken from senders and not "
+                                "yet delivered to a client (what max_inbox_messages bounds).", value=inbox.held)
+        yield GaugeMetricFamily("axl_inbox_bytes", "Payload bytes the inbox holds (what max_inbox_bytes bounds).",
+                                value=inbox.held_bytes)
+        yield GaugeMetricFamily("axl_inbox_durable", "1 when the inbox is kept in its SQLite file "
+                                "(inbox_path), 0 when in memory only.", value=int(inbox.durable))
+        commits = HistogramMetricFamily("axl_inbox_commit_seconds", "Time from starting an inbox commit "
+                                        "(a batch of arrivals and deliveries) to its end.")
+        commits.add_metric([], _buckets(inbox.commit_seconds), inbox.commit_seconds.total)
+        yield commits
 
     def _http(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("axl_http_requests", "Bridge HTTP requests by route and status.",

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from axl import __version__
 from axl.identity import format_address
-from axl.node.stats import DestinationStats, PeerStats
+from axl.node.stats import DestinationStats, Histogram, PeerStats
 from axl.observe.series import Reading, resident_bytes
 from axl.observe.view import ObservedNode
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
+
+
+def _mean_ms(histogram: Histogram) -> float | None:
+    observed = histogram.count
+    return _ms(histogram.total / observed) if observed else None
 
 
 def reading(node: ObservedNode, now: float) -> Reading:
@@ -58,6 +63,13 @@ def snapshot(node: ObservedNode, now: float) -> dict:
             "sessions": node.session_count(),
             "peers_up": up,
             "peers_down": len(peers) - up,
+        },
+        "inbox": {
+            "messages": node.inbox.held,
+            "bytes": node.inbox.held_bytes,
+            "durable": node.inbox.durable,
+            "commits": node.inbox.commit_seconds.count,
+            "commit_mean_ms": _mean_ms(node.inbox.commit_seconds),
         },
     }
 

@@ -4,6 +4,6 @@ from axl.sessions.crypto import KeyPair, KeyPairFactory, random_key_pair
 from axl.sessions.manager import Action, DeliverPlaintext, Rekeyed, SendPacket, SessionManager
 
 __all__ = [
-    "Action", "DeliverPlaintext", "KeyPair", "KeyPairFactory", "SendPacket", "SessionManager",
+    "Action", "DeliverPlaintext", "KeyPair", "KeyPairFactory", "Rekeyed", "SendPacket", "SessionManager",
     "random_key_pair",
 ]

@@ -55,7 +55,8 @@ def start_ours(host: str, folder: Path, config: dict, name: str = "") -> HostNod
     key = NodeIdentity.generate()
     key_path = folder / f"{name}.pem"
     key_path.write_bytes(key.pem())
-    config = {"PrivateKeyPath": str(key_path), "Listen": [], "Peers": [], "api_port": API_PORT, **config}
+    config = {"PrivateKeyPath": str(key_path), "inbox_path": str(folder / f"{name}.inbox.sqlite3"),
+              "Listen": [], "Peers": [], "api_port": API_PORT, **config}
     node = HostNode(host, key, folder / f"{name}.json", folder / f"{name}.log", api_port=config["api_port"])
     node.config.write_text(json.dumps(config))
     node.process = subprocess.Popen(

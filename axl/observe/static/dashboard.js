@@ -66,11 +66,19 @@ function renderSnapshot(snapshot) {
     ["Messages received", t.messages_received + " (" + bytes(t.payload_bytes_in) + ")"],
     ["Link bytes in / out", bytes(t.link_bytes_in) + " / " + bytes(t.link_bytes_out)],
     ["/recv queue", t.recv_queue_messages + " messages, " + bytes(t.recv_queue_bytes)],
+    ["Inbox", inboxText(snapshot.inbox)],
     ["Sessions", t.sessions],
   ];
   const list = $("totals");
   list.replaceChildren();
   for (const [name, value] of rows) { list.appendChild(el("dt", {}, name)); list.appendChild(el("dd", {}, String(value))); }
+}
+
+function inboxText(inbox) {
+  const held = inbox.messages + " messages, " + bytes(inbox.bytes);
+  if (!inbox.durable) return held + " (in memory)";
+  const commit = inbox.commit_mean_ms === null ? "" : ", commit " + inbox.commit_mean_ms.toFixed(2) + " ms mean";
+  return held + " (on disk" + commit + ")";
 }
 
 function renderUptime() {

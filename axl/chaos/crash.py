@@ -1,0 +1,213 @@
+"""The crash run: the receiving node killed with SIGKILL, again and again,
+under a flood from several senders; then every acknowledged message is
+looked for (`make crash`).
+
+A star of nodes: the receiver in the middle, each sender peered with it.
+Every sender posts its messages one after another and posts a message again
+(as a new attempt, with its own number) until `/send` answers 200. A reader
+takes messages with `/recv` all along. Each time the senders together have
+a further share of the messages acknowledged, the receiver is killed and
+started again at once, with the same key and inbox.
+
+Afterwards, per sender: every acknowledged attempt must have been read
+(none lost), no attempt twice under two inbox ids (none duplicated), and
+the attempts in the order they were sent. A message the reader got, whose
+deletion the killed node had not committed yet, comes again with the same
+`X-Message-Id` after the restart: the reader counts those redeliveries and
+keeps the first.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from axl.chaos.mesh import http
+from axl.testnet import Testnet, TestnetNode
+
+# Short timeouts: an attempt that fails is reported soon and posted again.
+CRASH_NODE_CONFIG = {"send_timeout_secs": 10, "lookup_timeout_secs": 5, "max_inbox_messages": 100_000}
+RECEIVER = 0
+RECV_WAIT = 1.0
+RUN_TIMEOUT = 600.0
+
+
+@dataclass
+class Sender:
+    """One sending node: its attempts in the order posted, and their fates."""
+
+    name: str
+    node: TestnetNode
+    count: int
+    statuses: dict[int, int] = field(default_factory=dict)
+    message_of: dict[int, int] = field(default_factory=dict)  # attempt -> message number
+    read: list[int] = field(default_factory=list)  # attempts, in the order read
+    done: bool = False
+
+    @property
+    def acknowledged(self) -> list[int]:
+        return [attempt for attempt, status in list(self.statuses.items()) if status == 200]
+
+
+@dataclass
+class CrashReport:
+    path: str
+    messages: int
+    senders: int
+    kills: int
+    attempts: int
+    acknowledged: int
+    distinct_read: int
+    lost: int
+    duplicated: int
+    out_of_order: int
+    delivered_unacknowledged: int
+    redelivered_same_id: int
+    forged_sender: int
+    status_counts: dict[int, int]
+    seconds: float
+
+    def ok(self) -> bool:
+        return (self.lost == 0 and self.duplicated == 0 and self.out_of_order == 0
+                and self.forged_sender == 0 and self.distinct_read == self.messages)
+
+    def text(self) -> str:
+        return "\n".join([
+            f"{self.path} path: {self.messages} messages from {self.senders} senders, receiver "
+            f"SIGKILLed {self.kills} times, {self.seconds:.1f}s",
+            f"attempts {self.attempts}, acknowledged {self.acknowledged}, distinct messages read "
+            f"{self.distinct_read}, lost {self.lost}, duplicated {self.duplicated}, out of order "
+            f"{self.out_of_order}, forged sender {self.forged_sender}",
+            f"delivered but not acknowledged (the sender posted them again): {self.delivered_unacknowledged}; "
+            f"read again with the same id after a crash: {self.redelivered_same_id}",
+            f"/send statuses: {json.dumps(self.status_counts, sort_keys=True)}",
+        ])
+
+
+def _send_all(sender: Sender, dest: str, seed: int, timeout: float) -> None:
+    rng = random.Random(seed)
+    attempt = 0
+    for number in range(sender.count):
+        while True:
+            attempt += 1
+            sender.message_of[attempt] = number
+            payload = f"{sender.name}:{attempt}:{number}:".encode() + rng.randbytes(rng.randrange(16, 1024))
+            status, _, _ = http("POST", sender.node.bridge_url + "/send", payload,
+                                {"X-Destination-Peer-Id": dest}, timeout=timeout)
+            sender.statuses[attempt] = status
+            if status == 200:
+                break
+            time.sleep(0.1)
+    sender.done = True
+
+
+class _Reader:
+    """Takes the receiver's messages while it lives, through its restarts."""
+
+    def __init__(self, node: TestnetNode, senders: dict[str, Sender]) -> None:
+        self.node = node
+        self.senders = senders
+        self.seen_ids: set[int] = set()
+        self.redelivered = 0
+        self.forged = 0
+
+    def read_once(self, wait: float) -> bool:
+        """One /recv; False when nothing came (empty, or the node is down)."""
+        status, headers, body = http("GET", f"{self.node.bridge_url}/recv?wait={wait:g}", timeout=wait + 10)
+        if status != 200:
+            return False
+        message_id = int(headers["X-Message-Id"])
+        if message_id in self.seen_ids:
+            self.redelivered += 1
+            return True
+        self.seen_ids.add(message_id)
+        name, attempt, _ = body.split(b":", 2)
+        sender = self.senders[name.decode()]
+        sender.read.append(int(attempt))
+        if headers.get("X-From-Peer-Id") != sender.node.peer_id:
+            self.forged += 1
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if not self.read_once(RECV_WAIT):
+                stop.wait(0.05)
+
+    def drain(self) -> None:
+        while self.read_once(0.5):
+            pass
+
+
+def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: int = 3,
+              message_streams: bool = True, seed: int = 1, log_level: str = "info") -> CrashReport:
+    """`messages` in all from `senders` nodes to one receiver, killed `kills` times."""
+    config = {**CRASH_NODE_CONFIG, "message_streams": message_streams}
+    net = Testnet(senders + 1, "star", base_dir, log_level=log_level, extra_config=config)
+    try:
+        net.start()
+        net.wait_converged(60)
+        receiver = net.nodes[RECEIVER]
+        share, extra = divmod(messages, senders)
+        flows = [Sender(f"s{i}", net.nodes[i], share + (1 if i <= extra else 0)) for i in range(1, senders + 1)]
+        by_name = {flow.name: flow for flow in flows}
+        timeout = config["send_timeout_secs"] + config["lookup_timeout_secs"] + 10
+        threads = [threading.Thread(target=_send_all, args=(flow, receiver.peer_id, seed * 100 + i, timeout))
+                   for i, flow in enumerate(flows)]
+        reader = _Reader(receiver, by_name)
+        stop_reading = threading.Event()
+        reading = threading.Thread(target=reader.run, args=(stop_reading,))
+        start = time.monotonic()
+        for thread in [*threads, reading]:
+            thread.start()
+        killed = _kill_along(net, flows, messages, kills, start)
+        for thread in threads:
+            thread.join(max(1.0, RUN_TIMEOUT - (time.monotonic() - start)))
+        stop_reading.set()
+        reading.join()
+        seconds = time.monotonic() - start
+        reader.drain()
+        return _report("stream" if message_streams else "one connection per message",
+                       messages, flows, killed, reader, seconds)
+    finally:
+        net.stop()
+
+
+def _kill_along(net: Testnet, flows: list[Sender], messages: int, kills: int, start: float) -> int:
+    """SIGKILL the receiver each time another 1/(kills+1) of the messages is
+    acknowledged, starting it again at once; returns how many kills happened."""
+    killed = 0
+    while killed < kills and time.monotonic() - start < RUN_TIMEOUT:
+        if all(flow.done for flow in flows):
+            break
+        if sum(len(flow.acknowledged) for flow in flows) >= messages * (killed + 1) / (kills + 1):
+            net.kill(RECEIVER, hard=True)
+            net.start_node(RECEIVER)
+            killed += 1
+        time.sleep(0.02)
+    return killed
+
+
+def _report(path: str, messages: int, flows: list[Sender], kills: int, reader: _Reader,
+            seconds: float) -> CrashReport:
+    attempts = acknowledged = distinct = lost = duplicated = out_of_order = unacked = 0
+    statuses: dict[int, int] = {}
+    for flow in flows:
+        for status in flow.statuses.values():
+            statuses[status] = statuses.get(status, 0) + 1
+        acked = set(flow.acknowledged)
+        counts: dict[int, int] = {}
+        for attempt in flow.read:
+            counts[attempt] = counts.get(attempt, 0) + 1
+        attempts += len(flow.statuses)
+        acknowledged += len(acked)
+        distinct += len({flow.message_of[attempt] for attempt in counts})
+        lost += sum(1 for attempt in acked if attempt not in counts)
+        duplicated += sum(n - 1 for n in counts.values())
+        out_of_order += sum(1 for a, b in zip(flow.read, flow.read[1:]) if b <= a)
+        unacked += sum(1 for attempt in counts if attempt not in acked)
+    return CrashReport(path, messages, len(flows), kills, attempts, acknowledged, distinct, lost,
+                       duplicated, out_of_order, unacked, reader.redelivered, reader.forged, statuses, seconds)

@@ -1,0 +1,412 @@
+"""The durable inbox's file: an SQLite database in WAL mode.
+
+It holds the messages of the receive queue that no client has been handed
+yet (or that one holds without having said it is done), and, per message
+stream session, the sequence numbers whose messages it holds, so that a
+sender repeating them after a restart gets its answer again instead of a
+second delivery (axl.node.msgstream, SessionRecord).
+
+The node holds the file (an flock on `<file>.lock` beside it) while it
+runs: a second node given the same `inbox_path` stops at start-up. What may wait for the disk runs on
+threads of the store's own; the rest on the event loop's, where it costs
+CPU only (docs/architecture.md, "The durable inbox"):
+- `stage` writes a batch's statements into a transaction (SQLite's page
+  cache);
+- `commit` ends it: with `inbox_sync` "normal" that is a write into the
+  WAL, which the operating system holds, so it runs on the loop;
+  `commit_in_thread` is for "full", whose commit waits for `fsync`;
+- `checkpoint_in_thread` copies the WAL into the database and flushes both,
+  every CHECKPOINT_PAGES or so, on a second connection and thread, while
+  commits go on (SQLite's own automatic checkpoints, which would run inside
+  a commit on the loop, are off).
+One commit is under way at a time, so commits keep the order of the
+messages.
+
+Start-up refuses a file it cannot trust, in one line, and changes nothing
+in it: not a database, damaged (`PRAGMA quick_check`), from a newer
+version, of another node (a ConfigError: two nodes pointed at one file), or
+on a full disk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sqlite3
+import struct
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from axl.budgets import MAX_STREAM_SESSIONS, STREAM_WINDOW
+from axl.config import ConfigError, NodeConfig
+from axl.identity import NodeIdentity
+from axl.node.msgstream import STATUS_QUEUED, SessionKey, SessionRecord
+
+SCHEMA_VERSION = 1
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sessions (key BLOB PRIMARY KEY, record BLOB NOT NULL, used INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+)
+_WINDOW_BYTES = STREAM_WINDOW // 8
+_WINDOW_MASK = (1 << STREAM_WINDOW) - 1
+_COMMITTED = struct.Struct(f"!Q{_WINDOW_BYTES}s")
+_SESSION_ID = struct.Struct("!Q")
+_PAGE_SIZE = 4096
+# A checkpoint after about this many pages in the WAL (SQLite's own default),
+# and one that commits wait for if the WAL grew this long all the same.
+CHECKPOINT_PAGES = 1000
+WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
+PEER_KEY_SIZE = 32
+_TABLES = {"meta", "messages", "sessions"}
+
+
+log = logging.getLogger("axl.inbox")
+
+
+class StoreError(Exception):
+    """The inbox file cannot be used; the message says why in one line."""
+
+
+def open_inbox(config: NodeConfig, identity: NodeIdentity) -> InboxStore | None:
+    """The node's durable inbox, or None to keep it in memory; says which in the log."""
+    path = config.inbox_file()
+    if path is None:
+        why = 'inbox_path is ""' if config.inbox_path == "" else "no PrivateKeyPath to keep it beside"
+        log.info("inbox in memory (%s): messages not yet read are lost when the node stops", why)
+        return None
+    store = InboxStore.open(path, config.inbox_sync, identity.public_key)
+    log.info("inbox %s (inbox_sync %s): %d messages kept from before", path, config.inbox_sync,
+             store.kept_messages)
+    return store
+
+
+@dataclass
+class Batch:
+    """One transaction: messages in, messages out, session records written and forgotten."""
+
+    inserts: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    deletes: list[int] = field(default_factory=list)
+    sessions: dict[SessionKey, CommittedSession] = field(default_factory=dict)
+    forgotten: list[SessionKey] = field(default_factory=list)
+    last_id: int = 0
+
+
+@dataclass
+class Kept:
+    """What the file held at start-up: messages in id order, session records
+    least recently written first, and the highest message id ever given."""
+
+    messages: list[tuple[int, bytes, bytes]]
+    sessions: list[tuple[SessionKey, CommittedSession]]
+    last_id: int
+
+
+def _session_key(key: SessionKey) -> bytes:
+    peer, session_id = key
+    return peer + _SESSION_ID.pack(session_id)
+
+
+@dataclass(slots=True)
+class CommittedSession:
+    """The messages of one sender's stream session that the inbox committed:
+    the highest sequence number, and which of the STREAM_WINDOW numbers up
+    to it (bit i: `taken_upto - i`). What a restarted node answers a sender
+    repeating them (SessionRecord), in 40 bytes, updated in constant time."""
+
+    taken_upto: int = 0
+    bits: int = 0
+
+    def add(self, seq: int) -> None:
+        if seq > self.taken_upto:
+            self.bits = ((self.bits << (seq - self.taken_upto)) | 1) & _WINDOW_MASK
+            self.taken_upto = seq
+        elif self.taken_upto - seq < STREAM_WINDOW:
+            self.bits |= 1 << (self.taken_upto - seq)
+
+    def record(self) -> SessionRecord:
+        """As the message stream's receiver remembers a session: each committed message answered 200."""
+        record = SessionRecord(self.taken_upto)
+        for back in range(STREAM_WINDOW - 1, -1, -1):
+            if self.bits >> back & 1:
+                record.remember(self.taken_upto - back, STATUS_QUEUED)
+        return record
+
+    def encode(self) -> bytes:
+        return _COMMITTED.pack(self.taken_upto, self.bits.to_bytes(_WINDOW_BYTES, "big"))
+
+    @classmethod
+    def decode(cls, blob: bytes) -> CommittedSession:
+        if len(blob) != _COMMITTED.size:
+            raise ValueError(f"a session record of {len(blob)} bytes")
+        taken_upto, bits = _COMMITTED.unpack(blob)
+        return cls(taken_upto, int.from_bytes(bits, "big"))
+
+
+class CommittedSessions:
+    """The sessions the inbox keeps answers for, least recently written first
+    out beyond MAX_STREAM_SESSIONS, as the message stream's receiver keeps them."""
+
+    def __init__(self, capacity: int = MAX_STREAM_SESSIONS) -> None:
+        self.capacity = capacity
+        self._sessions: OrderedDict[SessionKey, CommittedSession] = OrderedDict()
+
+    def get(self, key: SessionKey) -> CommittedSession | None:
+        return self._sessions.get(key)
+
+    def items(self) -> list[tuple[SessionKey, CommittedSession]]:
+        return list(self._sessions.items())
+
+    def put(self, key: SessionKey, session: CommittedSession) -> SessionKey | None:
+        """Hold `session` as the most recent; returns the session pushed out, if any."""
+        self._sessions[key] = session
+        self._sessions.move_to_end(key)
+        if len(self._sessions) > self.capacity:
+            return self._sessions.popitem(last=False)[0]
+        return None
+
+
+class InboxStore:
+    """The open inbox file. `open` checks it and reads it whole; then the node
+    writes a batch at a time: `stage`, then `commit` (or `commit_in_thread`
+    when commits wait for the disk), and now and then `checkpoint_in_thread`."""
+
+    def __init__(self, path: Path, lock: int, writer: sqlite3.Connection, checkpointer: sqlite3.Connection,
+                 sync: str, kept: Kept, used: int) -> None:
+        self.path = path
+        self._lock = lock
+        self._db = writer
+        self._checkpointer = checkpointer
+        # With "full", a commit waits for the disk: not on the event loop.
+        self.commits_in_thread = sync == "full"
+        self._kept: Kept | None = kept
+        self._used = used
+        self._wal_pages = 0  # about how many pages were written since the last checkpoint began
+        self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox")
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox-checkpoint")
+
+    @classmethod
+    def open(cls, path: Path, sync: str, owner: bytes) -> InboxStore:
+        """Open (or create) the file for the node whose key is `owner`.
+
+        Raises StoreError (the file is damaged, in use, or the disk full) or
+        ConfigError (the file is another node's)."""
+        lock = _lock(path)
+        connections: list[sqlite3.Connection] = []
+        try:
+            writer = _connect(path, connections)
+            _check(writer, path, owner)
+            _set_modes(writer, path, sync)
+            _claim(writer, path, owner)
+            kept, used = _read(writer, path)
+            checkpointer = _connect(path, connections)
+            _set_modes(checkpointer, path, sync)
+        except BaseException:
+            for connection in connections:
+                connection.close()
+            os.close(lock)
+            raise
+        return cls(path, lock, writer, checkpointer, sync, kept, used)
+
+    @property
+    def kept_messages(self) -> int:
+        """How many messages the file held at start-up."""
+        return len(self._kept.messages) if self._kept is not None else 0
+
+    def take_kept(self) -> Kept:
+        """What the file held at start-up (once: the store keeps no copy)."""
+        kept, self._kept = self._kept, None
+        assert kept is not None
+        return kept
+
+    def stage(self, batch: Batch) -> None:
+        """Begin a transaction and write `batch` into it (on the loop's thread:
+        no disk I/O but for pages SQLite's cache cannot hold). Raises sqlite3.Error."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            if batch.inserts:
+                db.executemany("INSERT INTO messages (id, sender, payload) VALUES (?, ?, ?)", batch.inserts)
+            if batch.deletes:
+                db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in batch.deletes])
+            if batch.sessions:
+                self._used += 1
+                db.executemany("INSERT OR REPLACE INTO sessions (key, record, used) VALUES (?, ?, ?)",
+                               [(_session_key(key), session.encode(), self._used)
+                                for key, session in batch.sessions.items()])
+            if batch.forgotten:
+                db.executemany("DELETE FROM sessions WHERE key = ?", [(_session_key(key),) for key in batch.forgotten])
+            db.execute("UPDATE meta SET value = ? WHERE name = 'last_id'", (batch.last_id,))
+        except BaseException:
+            self.abandon()
+            raise
+        # a page for each table touched, and the payloads' own
+        self._wal_pages += 4 + sum(len(payload) for _, _, payload in batch.inserts) // _PAGE_SIZE
+
+    def commit(self) -> None:
+        """COMMIT the staged transaction (into the WAL, no wait for the disk).
+        Raises sqlite3.Error (then call `abandon`)."""
+        self._db.execute("COMMIT")
+
+    def commit_in_thread(self) -> Future[None]:
+        """`commit` on the store's thread; the future fails as `commit` raises."""
+        return self._commits.submit(self.commit)
+
+    @property
+    def checkpoint_due(self) -> bool:
+        return self._wal_pages >= CHECKPOINT_PAGES
+
+    def checkpoint_in_thread(self, truncate: bool = False) -> Future[int]:
+        """Copy the WAL into the database file (and flush both) on the
+        checkpoint thread, through a connection of its own: commits go on
+        meanwhile. The future gives the WAL's length in pages then; while
+        commits keep coming, the WAL may never start over, and once it is
+        WAL_CAP_PAGES long the caller makes them wait for a checkpoint with
+        `truncate`, which empties it."""
+        self._wal_pages = 0
+        return self._checkpoints.submit(self._checkpoint, "TRUNCATE" if truncate else "PASSIVE")
+
+    def _checkpoint(self, mode: str) -> int:
+        _busy, wal_pages, _copied = self._checkpointer.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return wal_pages
+
+    def abandon(self) -> None:
+        """Roll back a transaction that could not be written whole."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self._commits.shutdown(wait=True)
+        self._checkpoints.shutdown(wait=True)
+        self._checkpointer.close()
+        self._db.close()
+        os.close(self._lock)
+
+
+def _lock(path: Path) -> int:
+    """Hold `path` for this process alone while it runs, by an flock on a
+    file beside it (`<path>.lock`: SQLite's own locks are on the database,
+    and closing any descriptor of that file would drop them), so that a
+    second node given the same inbox_path stops at start-up. The database
+    is created if new, owner-only like the key file (SQLite gives its WAL
+    the same mode)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:
+        raise StoreError(f"inbox {path}: cannot write beside it: {exc.strerror}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    except BlockingIOError:
+        os.close(lock)
+        raise StoreError(f"inbox {path}: another process has it open: each running node needs "
+                         f"its own inbox_path") from None
+    except OSError as exc:
+        os.close(lock)
+        raise StoreError(f"inbox {path}: cannot write it: {exc.strerror}") from None
+    return lock
+
+
+def _connect(path: Path, opened: list[sqlite3.Connection]) -> sqlite3.Connection:
+    try:
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    except sqlite3.Error as exc:
+        raise StoreError(f"inbox {path}: cannot open it: {exc}") from None
+    opened.append(connection)
+    return connection
+
+
+def _check(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
+    """Check the file, writing nothing: an SQLite database whose pages are
+    sound, new or an inbox of this node."""
+    try:
+        problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        found = dict(db.execute("SELECT name, value FROM meta")) if "meta" in tables else {}
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from None
+    if problems != ["ok"]:
+        raise StoreError(f"inbox {path}: the database is damaged ({problems[0]}); {_LEFT_AS_IS}")
+    if tables and not (_TABLES <= tables and found):
+        raise StoreError(f"inbox {path}: an SQLite database, but not a node's inbox (its tables: "
+                         f"{', '.join(sorted(tables))}); nothing in it was changed: give inbox_path another file")
+    if found:
+        _check_meta(found, path, owner)
+
+
+def _set_modes(db: sqlite3.Connection, path: Path, sync: str) -> None:
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {sync.upper()}")
+        # Checkpoints flush to disk: the node runs them itself, off the event loop.
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        # When the WAL starts over, a longer one is cut back to this.
+        db.execute(f"PRAGMA journal_size_limit = {2 * CHECKPOINT_PAGES * _PAGE_SIZE}")
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from None
+
+
+def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
+    """Make a new file an inbox of this node, and write once (a start
+    counter), so that a disk too full for a commit shows now."""
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA:
+            db.execute(statement)
+        if db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
+            db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
+                           [("schema", SCHEMA_VERSION), ("node", owner.hex()), ("last_id", 0), ("starts", 0)])
+        db.execute("UPDATE meta SET value = value + 1 WHERE name = 'starts'")
+        db.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from None
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+
+def _check_meta(found: dict, path: Path, owner: bytes) -> None:
+    if found.get("schema") != SCHEMA_VERSION:
+        raise StoreError(f"inbox {path}: written by another version of the node (schema "
+                         f"{found.get('schema')!r}, this one reads {SCHEMA_VERSION}); {_LEFT_AS_IS}")
+    if found.get("node") != owner.hex():
+        raise ConfigError(f"inbox_path: {path} is the inbox of node {str(found.get('node'))[:16]}…, "
+                          f"not of this node ({owner.hex()[:16]}…); give each node its own inbox_path, "
+                          f"or move the file aside if this node's key was replaced")
+
+
+def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int]:
+    try:
+        messages = db.execute("SELECT id, sender, payload FROM messages ORDER BY id").fetchall()
+        rows = db.execute("SELECT key, record, used FROM sessions ORDER BY used").fetchall()
+        last_id = db.execute("SELECT value FROM meta WHERE name = 'last_id'").fetchone()[0]
+        sessions = [((key[:PEER_KEY_SIZE], _SESSION_ID.unpack(key[PEER_KEY_SIZE:])[0]),
+                     CommittedSession.decode(record)) for key, record, _ in rows]
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from None
+    except (ValueError, struct.error, TypeError) as exc:
+        raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
+    last_id = max(last_id, messages[-1][0] if messages else 0)
+    return Kept(messages, sessions, last_id), rows[-1][2] if rows else 0
+
+
+_LEFT_AS_IS = ("nothing in it was changed: move it aside to start with an empty inbox "
+               "(the sqlite3 shell's .recover may save its messages)")
+
+
+def _open_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    """One line for what SQLite said, with what to do about it."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary code of an extended one
+    if code == sqlite3.SQLITE_FULL:
+        return StoreError(f"inbox {path}: the disk is full ({exc}): free some space and start again")
+    if code == sqlite3.SQLITE_BUSY:
+        return StoreError(f"inbox {path}: another process has it open ({exc}): "
+                          f"each running node needs its own inbox_path")
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}")
+    return StoreError(f"inbox {path}: cannot use it ({exc})")

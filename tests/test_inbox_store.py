@@ -1,0 +1,294 @@
+"""The durable inbox in one process: its SQLite file, commits grouped per loop
+turn, answers only once committed, what a reopened file gives back, and the
+files it refuses to start with (changing nothing in them)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from axl.config import ConfigError
+from axl.node import journal
+from axl.node.inbox import Inbox
+from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
+                                StreamSender)
+from axl.node.store import CHECKPOINT_PAGES, InboxStore, StoreError
+
+OWNER = b"\x0a" * 32
+SENDER = b"\x01" * 32
+
+
+def open_store(path: Path, owner: bytes = OWNER) -> InboxStore:
+    return InboxStore.open(path, "normal", owner)
+
+
+class Outcomes:
+    """What the inbox said of each message offered: stored or not, in order."""
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[bytes, bool]] = []
+
+    def offer(self, inbox: Inbox, payload: bytes, origin: tuple[int, int] | None = None) -> None:
+        inbox.put(SENDER, payload, lambda stored: self.settled.append((payload, stored)), origin)
+
+
+async def settle(inbox: Inbox) -> None:
+    """Until every commit started or due has finished."""
+    await inbox.flush()
+
+
+async def test_messages_wait_for_their_commit_and_come_back_after_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 20, open_store(path))
+    outcomes = Outcomes()
+    for payload in (b"m1", b"m2", b"m3"):
+        outcomes.offer(inbox, payload)
+    # Nothing is answered, or visible to a client, before its commit.
+    assert outcomes.settled == [] and len(inbox) == 0 and inbox.held == 3
+    poll = inbox.take(5)
+    await settle(inbox)
+    assert outcomes.settled == [(b"m1", True), (b"m2", True), (b"m3", True)]
+    assert inbox.commit_seconds.count == 1  # the three arrived in one turn: one transaction
+    first = await poll
+    assert first.payload == b"m1" and len(inbox) == 2
+    inbox.delivered([first])
+    second = inbox.get_nowait()  # taken, never said delivered: it stays in the file
+    await settle(inbox)
+    inbox.close()
+
+    again = Inbox(100, 1 << 20, open_store(path))
+    kept = [again.get_nowait() for _ in range(2)]
+    assert [(m.id, m.payload) for m in kept] == [(second.id, b"m2"), (second.id + 1, b"m3")]
+    assert again.held == 2 and again.held_bytes == 4
+    again.delivered(kept)
+    await settle(again)
+    again.close()
+
+    # The highest id was delivered and deleted; ids still never repeat.
+    last = Inbox(100, 1 << 20, open_store(path))
+    assert len(last) == 0
+    Outcomes().offer(last, b"m4")
+    await settle(last)
+    assert last.get_nowait().id == kept[-1].id + 1
+    last.close()
+
+
+async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "inbox.sqlite3")
+    inbox = Inbox(100, 1 << 30, store)
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"first")
+    await settle(inbox)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is "full"
+    outcomes.offer(inbox, bytes(64 << 10))
+    await settle(inbox)
+    assert outcomes.settled[-1] == (bytes(64 << 10), False)
+    assert inbox.held == 1 and len(inbox) == 1  # what was taken before stays
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    outcomes.offer(inbox, b"after")
+    await settle(inbox)
+    assert outcomes.settled[-1] == (b"after", True)
+    assert [inbox.get_nowait().payload for _ in range(2)] == [b"first", b"after"]
+    inbox.close()
+
+
+async def test_the_wal_is_checkpointed_off_the_loop_as_it_grows(tmp_path: Path) -> None:
+    """SQLite's own checkpoints would flush the disk inside a commit, on the
+    event loop; the store's checkpoint thread does them instead, and the WAL
+    starts over rather than grow with what went through it."""
+    path = tmp_path / "inbox.sqlite3"
+    wal = path.with_name(path.name + "-wal")
+    inbox = Inbox(10_000, 1 << 30, open_store(path))
+    outcomes = Outcomes()
+    sizes = []
+    for number in range(150):  # about 10 MB, a commit each
+        outcomes.offer(inbox, bytes([number]) * (64 << 10))
+        await settle(inbox)
+        sizes.append(wal.stat().st_size)
+    assert max(sizes) < (2 * CHECKPOINT_PAGES + 100) * 4096
+    assert path.stat().st_size > 8 << 20  # the messages were copied into the database
+    assert all(stored for _, stored in outcomes.settled) and len(inbox) == 150
+    inbox.close()
+
+
+async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
+    inbox = Inbox(10_000, 1 << 30, open_store(tmp_path / "inbox.sqlite3"))
+    outcomes = Outcomes()
+    outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))  # its commit starts a checkpoint
+    while not outcomes.settled:
+        await asyncio.sleep(0)
+    assert inbox.journal._checkpointing is not None
+    outcomes.offer(inbox, b"meanwhile")
+    while len(outcomes.settled) < 2:
+        await asyncio.sleep(0)
+    assert outcomes.settled[1] == (b"meanwhile", True)
+    assert inbox.journal._checkpointing is not None  # still copying the first
+    await settle(inbox)
+    inbox.close()
+
+
+async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: Path, monkeypatch) -> None:
+    """Under commits that never pause the WAL may never start over; past
+    WAL_CAP_PAGES a checkpoint that commits wait for empties it."""
+    monkeypatch.setattr(journal, "WAL_CAP_PAGES", 1)
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(10_000, 1 << 30, open_store(path))
+    outcomes = Outcomes()
+    outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))
+    while inbox.journal._busy is None:  # the checkpoint that found the WAL long, then the one that empties it
+        await asyncio.sleep(0.001)
+    outcomes.offer(inbox, b"waits")
+    assert len(inbox.journal._staged) == 1 and not inbox.journal._commit_scheduled
+    await settle(inbox)
+    assert outcomes.settled[1] == (b"waits", True)
+    assert path.with_name(path.name + "-wal").stat().st_size < 64 << 10
+    inbox.close()
+
+
+async def test_stream_answers_are_kept_with_their_messages(tmp_path: Path) -> None:
+    """A sender repeating messages after the receiver restarted is answered
+    for those committed and has the others delivered, once."""
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 20, open_store(path))
+    outcomes = Outcomes()
+    for seq in (1, 2, 3):
+        outcomes.offer(inbox, b"s%d" % seq, origin=(7, seq))
+    outcomes.offer(inbox, b"plain")  # one connection per message: nothing to remember
+    await settle(inbox)
+    inbox.close()
+
+    [(peer, session_id, record)] = Inbox(100, 1 << 20, open_store(path)).session_records()
+    assert (peer, session_id, record.taken_upto) == (SENDER, 7, 3)
+    assert dict(record.answers) == {1: STATUS_QUEUED, 2: STATUS_QUEUED, 3: STATUS_QUEUED}
+    table = SessionTable()
+    table.adopt(peer, session_id, record)
+    sender = StreamSender(session_id=7)
+    for seq in range(1, 6):
+        sender.submit(b"s%d" % seq)  # 4 and 5 were never committed (the node died first)
+    receiver = StreamReceiver(table, SENDER, max_message_size=100)
+    assert receiver.feed(sender.start_connection()) == [Hello(7)]
+    assert receiver.feed(b"") == [Answered(1, STATUS_QUEUED), Answered(2, STATUS_QUEUED),
+                                  Answered(3, STATUS_QUEUED), Message(4, b"s4"), Message(5, b"s5")]
+
+
+async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    store = open_store(path)
+    inbox = Inbox(100, 1 << 30, store)
+    Outcomes().offer(inbox, b"one", origin=(9, 1))
+    await settle(inbox)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    Outcomes().offer(inbox, bytes(64 << 10), origin=(9, 2))
+    await settle(inbox)
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    Outcomes().offer(inbox, b"three", origin=(9, 3))
+    await settle(inbox)
+    inbox.close()
+    [(_, _, record)] = Inbox(100, 1 << 20, open_store(path)).session_records()
+    assert dict(record.answers) == {1: STATUS_QUEUED, 3: STATUS_QUEUED}
+    # The sender repeats 2 after the restart (its 503 never reached it): taken anew, not taken for queued.
+    table = SessionTable()
+    table.adopt(SENDER, 9, record)
+    sender = StreamSender(session_id=9)
+    for payload in (b"one", b"two", b"three"):
+        sender.submit(payload)
+    receiver = StreamReceiver(table, SENDER, max_message_size=1 << 20)
+    assert receiver.feed(sender.start_connection()) == [Hello(9)]
+    assert receiver.feed(b"") == [Answered(1, STATUS_QUEUED), Message(2, b"two"), Answered(3, STATUS_QUEUED)]
+
+
+def test_session_records_are_bounded(tmp_path: Path) -> None:
+    async def fill() -> None:
+        inbox = Inbox(10_000, 1 << 30, open_store(tmp_path / "inbox.sqlite3"))
+        inbox.journal._sessions.capacity = 3
+        for session_id in range(1, 6):
+            Outcomes().offer(inbox, b"x", origin=(session_id, 1))
+            await settle(inbox)
+        await settle(inbox)
+        inbox.close()
+
+    asyncio.run(fill())
+    kept = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3")).session_records()
+    assert [session_id for _, session_id, _ in kept] == [3, 4, 5]
+
+
+# -- files it will not start with ---------------------------------------------
+
+
+def test_a_file_that_is_not_a_database_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    path.write_bytes(b"these are not the bytes of a database" * 200)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=r"the database is damaged \(file is not a database\); nothing in it"):
+        open_store(path)
+    assert path.read_bytes() == before
+
+
+def damaged_inbox(path: Path) -> bytes:
+    """An inbox with messages, one of its table pages overwritten; its bytes."""
+    async def write() -> None:
+        inbox = Inbox(10_000, 1 << 30, open_store(path))
+        for number in range(300):
+            Outcomes().offer(inbox, b"message %d " % number * 40)
+        await settle(inbox)
+        inbox.close()
+
+    asyncio.run(write())
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[5 * page:6 * page] = b"\xff" * page
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_a_damaged_database_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    before = damaged_inbox(path)
+    with pytest.raises(StoreError, match="the database is damaged"):
+        open_store(path)
+    assert path.read_bytes() == before
+    assert not path.with_name(path.name + "-wal").exists() or not path.with_name(path.name + "-wal").stat().st_size
+
+
+def test_a_database_that_is_not_an_inbox_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "app.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=r"an SQLite database, but not a node's inbox \(its tables: orders\)"):
+        open_store(path)
+    assert path.read_bytes() == before
+
+
+def test_another_nodes_inbox_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    open_store(path).close()
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"^inbox_path: .* is the inbox of node 0a0a0a0a0a0a0a0a…, not of this node"):
+        open_store(path, owner=b"\x0b" * 32)
+    assert path.read_bytes() == before
+
+
+def test_an_inbox_in_use_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    first = open_store(path)
+    try:
+        with pytest.raises(StoreError, match="another process has it open"):
+            open_store(path)
+    finally:
+        first.close()
+    open_store(path).close()
+
+
+def test_the_file_is_for_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "deeper" / "inbox.sqlite3"
+    open_store(path).close()
+    assert path.stat().st_mode & 0o777 == 0o600
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
