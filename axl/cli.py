@@ -34,6 +34,9 @@ The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
 GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer},
 GET /metrics (Prometheus) and /dashboard/ (a live page in the browser).
 
+The admin socket (AdminListen in the config) speaks yggdrasil's admin
+protocol: yggdrasilctl -endpoint unix:///path/to/admin.sock getPeers
+
 environment:
   AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
 """

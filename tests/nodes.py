@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,6 +180,25 @@ def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
     from prometheus_client.parser import text_string_to_metric_families
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def admin_call(endpoint: str, request: str, timeout: float = 15.0, **arguments: str) -> dict:
+    """One request to an admin socket (`unix:///path` or `tcp://host:port`),
+    sent as yggdrasilctl sends it; the whole answer, parsed."""
+    if endpoint.startswith("unix://"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address: str | tuple[str, int] = endpoint[len("unix://"):]
+    else:
+        host, _, port = endpoint[len("tcp://"):].rpartition(":")
+        sock, address = socket.socket(socket.AF_INET, socket.SOCK_STREAM), (host, int(port))
+    with sock:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.sendall(json.dumps({"request": request, "arguments": arguments}).encode() + b"\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return json.loads(answer)
 
 
 def up_peers(node: NodeProcess) -> set[str]:

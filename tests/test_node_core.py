@@ -10,6 +10,7 @@ import random
 import pytest
 
 from axl import __version__
+from axl.build import build_fields
 from axl.core import nodeinfo_request
 from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import NodeIdentity
@@ -140,4 +141,5 @@ def test_one_timer_covers_the_maintenance_tick():
 def test_nodeinfo_reply_names_this_build() -> None:
     core = NodeCore(NodeIdentity.from_seed(bytes([3]) * 32), SETTINGS, 0.0, rng=random.Random(3))
     [reply] = core.core.handle(bytes(32), nodeinfo_request(), 0.0)
-    assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__}
+    assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__,
+                                             "buildplatform": "linux", "buildarch": build_fields()["buildarch"]}

@@ -23,8 +23,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from axl import __version__, routing, sessions
-from axl.core import IPV6_HEAD, Core, DeliverIPv6, SendMessage
+from axl import routing, sessions
+from axl.build import build_fields
+from axl.core import (
+    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
+)
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
@@ -38,9 +41,9 @@ from axl.wire import DecodeError
 log = logging.getLogger("axl.node")
 
 TICK_INTERVAL = 1.0
-NODEINFO = {"buildname": "axl-py", "buildversion": __version__}
 
 LinkWrite = SendFrame | SendTraffic
+ProtocolReply = NodeInfoReceived | DebugReplyReceived
 
 
 class NodeCore:
@@ -50,13 +53,16 @@ class NodeCore:
                  wall_clock: Callable[[], float] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  rng: random.Random | None = None,
-                 key_pairs: KeyPairFactory = random_key_pair) -> None:
+                 key_pairs: KeyPairFactory = random_key_pair,
+                 nodeinfo: bytes | None = None) -> None:
+        """`nodeinfo` is the encoded NodeInfo this node answers with
+        (`nodeinfo_reply_body`); by default only the build fields."""
         self.identity = identity
         self.links: dict[int, bytes] = {}
         self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
         self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock)
         self.core = Core(
-            identity, nodeinfo=NODEINFO,
+            identity, nodeinfo=nodeinfo if nodeinfo is not None else nodeinfo_reply_body({}, build_fields()),
             peer_keys=lambda: list(self.links.values()),
             tree_keys=lambda: [entry.key for entry in self.router.tree_entries()],
             routing_entries=self.router.info_count,
@@ -80,6 +86,7 @@ class NodeCore:
         self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
+        self._replies: deque[ProtocolReply] = deque()
         self._next_tick = now + TICK_INTERVAL
         self._handlers = self._action_handlers()
 
@@ -157,6 +164,20 @@ class NodeCore:
     def next_event(self) -> MessageEvent | None:
         return self.messages.next_event()
 
+    # -- asking remote nodes (nodeinfo, debug) --------------------------
+
+    def request_nodeinfo(self, key: bytes, now: float) -> None:
+        """Ask `key` for its NodeInfo; the answer comes from `next_reply()`."""
+        self.apply(self.core.request_nodeinfo(key, now), now)
+
+    def request_debug(self, key: bytes, subtype: int, now: float) -> None:
+        """Ask `key` for its self, peers or tree; the answer comes from `next_reply()`."""
+        self.apply(self.core.request_debug(key, subtype, now), now)
+
+    def next_reply(self) -> ProtocolReply | None:
+        """The next answer to `request_nodeinfo` or `request_debug`."""
+        return self._replies.popleft() if self._replies else None
+
     def abort_all(self, now: float) -> None:
         """Reset every message connection (the node is stopping)."""
         self.messages.abort_all()
@@ -182,6 +203,7 @@ class NodeCore:
             self.apply(self.router.tick(now), now)
             self.apply(self.sessions.tick(now), now)
             self.device.tick(now)
+            self.core.expire(now)
         except Exception:
             log.exception("maintenance tick failed")
 
@@ -239,6 +261,8 @@ class NodeCore:
             SendIPv6: self._ipv6_to_send,
             Lookup: self._lookup,
             DeliverPacket: self._packet_received,
+            NodeInfoReceived: self._reply_received,
+            DebugReplyReceived: self._reply_received,
         }
 
     def _write_frame(self, action: LinkWrite, now: float) -> None:
@@ -277,3 +301,6 @@ class NodeCore:
 
     def _packet_received(self, action: DeliverPacket, now: float) -> None:
         self.messages.packet_received(action.source_key, action.packet, now)
+
+    def _reply_received(self, action: ProtocolReply, now: float) -> None:
+        self._replies.append(action)

@@ -11,23 +11,30 @@ It also formats the topology for the bridge.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from axl.config import ConfigError, NodeConfig
+from axl.core.datagrams import (
+    NODEINFO_REPLY, NodeInfoReceived, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request,
+)
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
-from axl.link.multicast import Discovery
-from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
-from axl.node.core import NodeCore
+from axl.link.multicast import Discovery, InterfaceReport
+from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
+from axl.node import peers
+from axl.node.core import NodeCore, ProtocolReply
 from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import NodeStats
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
-from axl.routing import SendFrame
+from axl.routing import PathReport, SendFrame, TreeEntry
+from axl.sessions import SessionReport
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.node")
@@ -70,7 +77,8 @@ class Node:
         now = time.monotonic()
         self.core = NodeCore(identity, MessageSettings.from_config(config), now,
                              wall_clock=time.time,
-                             max_connections=config.max_concurrent_conns)
+                             max_connections=config.max_concurrent_conns,
+                             nodeinfo=config.nodeinfo_body())
         self.links: dict[int, Link] = {}
         self.link_manager = LinkManager(
             identity, self,
@@ -82,6 +90,8 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
+        # Callers waiting for a remote node's answer, by (reply kind, key).
+        self._asking: dict[tuple[ReplyKind, bytes], list[asyncio.Future[bytes]]] = {}
         self._started = False
         self._flush_pending = False
         self.discovery: Discovery | None = None
@@ -110,6 +120,8 @@ class Node:
                 link.send_traffic(write.frame, write.flow)
         while (event := core.next_event()) is not None:
             self._settle(event)
+        while (reply := core.next_reply()) is not None:
+            self._replied(reply)
 
     def _settle(self, event: object) -> None:
         if isinstance(event, InboundMessage):
@@ -155,7 +167,11 @@ class Node:
     def link_up(self, link: Link) -> None:
         self.links[link.link_id] = link
         self.stats.link_up(link.remote_key, link.link_id, link.counters, time.time())
-        self.core.link_up(link.link_id, link.remote_key, link.priority, time.monotonic())
+        now = time.monotonic()
+        self.core.link_up(link.link_id, link.remote_key, link.priority, now)
+        # The peer's NodeInfo, for the name /topology and the dashboard show
+        # (yggdrasil's convention: a "name" field). Its answer is _replied's.
+        self.core.request_nodeinfo(link.remote_key, now)
         self._drain()
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
@@ -292,6 +308,82 @@ class Node:
         self.core.flush(time.monotonic())
         self._drain()
 
+    # -- asking remote nodes (the admin socket) ----------------------------
+
+    async def ask_nodeinfo(self, key: bytes, timeout: float) -> bytes:
+        """`key`'s NodeInfo as it sent it; TimeoutError without an answer.
+        This node answers for itself at once (a Go node would time out)."""
+        if key == self.identity.public_key:
+            return self.core.core.own_reply(nodeinfo_request())
+        return await self._ask(NODEINFO_REPLY, key, timeout,
+                               lambda now: self.core.request_nodeinfo(key, now))
+
+    async def ask_debug(self, key: bytes, subtype: int, timeout: float) -> bytes:
+        """The body of `key`'s answer to debug request `subtype`."""
+        if key == self.identity.public_key:
+            return self.core.core.own_reply(debug_request(subtype))
+        return await self._ask(debug_reply_kind(subtype), key, timeout,
+                               lambda now: self.core.request_debug(key, subtype, now))
+
+    async def _ask(self, kind: ReplyKind, key: bytes, timeout: float,
+                   request: Callable[[float], None]) -> bytes:
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        waiting = self._asking.setdefault((kind, key), [])
+        waiting.append(future)
+        request(time.monotonic())
+        self._drain()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            if future in waiting:
+                waiting.remove(future)
+            if not waiting:
+                self._asking.pop((kind, key), None)
+
+    def _replied(self, reply: ProtocolReply) -> None:
+        if isinstance(reply, NodeInfoReceived):
+            self._learn_name(reply.key, reply.info)
+        for future in self._asking.pop((reply.kind, reply.key), []):
+            if not future.done():
+                future.set_result(reply.body)
+
+    def _learn_name(self, key: bytes, info: bytes) -> None:
+        try:
+            name = json.loads(info).get("name")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(name, str):
+            self.stats.peer_named(key, name)
+
+    # -- peers at run time, and reports for the admin socket -----------------
+
+    def add_peer(self, uri: str) -> PeerURI:
+        """Dial `uri` from now on (not saved in the config); URIError says why not."""
+        return peers.add_peer(self.link_manager, uri)
+
+    def remove_peer(self, uri: str) -> PeerURI:
+        """Close `uri`'s peering and stop dialing it; URIError if it is not a peer."""
+        return peers.remove_peer(self.link_manager, uri)
+
+    def peer_reports(self) -> list[peers.PeerReport]:
+        return peers.peer_reports(self.link_manager, self.core.router, set(self.links))
+
+    def tree_report(self) -> list[TreeEntry]:
+        """Every tree entry this node holds (getTree shows them all, stale ones too)."""
+        return self.core.router.tree_entries()
+
+    def path_report(self) -> list[PathReport]:
+        return self.core.router.path_report()
+
+    def session_report(self) -> list[SessionReport]:
+        return self.core.sessions.session_report(time.monotonic())
+
+    def routing_entries(self) -> int:
+        return self.core.router.info_count()
+
+    def multicast_report(self) -> list[InterfaceReport]:
+        return self.discovery.interface_report() if self.discovery is not None else []
+
     def topology(self) -> dict:
         return {
             "our_ipv6": format_address(self.identity.address),
@@ -311,6 +403,9 @@ class Node:
                 "up": status["up"], "inbound": status["inbound"],
                 "public_key": status["public_key"], "root": "", "port": 0, "coords": [],
             }
+            name = self.stats.peer_name(bytes.fromhex(status["public_key"])) if status["public_key"] else ""
+            if name:
+                entry["name"] = name
             link = status.get("link")
             if link is not None and link.link_id in self.links:
                 view = self.core.router.peer_view(link.link_id)

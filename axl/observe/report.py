@@ -91,6 +91,7 @@ def _peering(key: str, uri: str, up: bool, inbound: bool, peer: PeerStats | None
     totals = peer.totals() if peer is not None else None
     return {
         "public_key": key,
+        "name": peer.name if peer is not None else "",
         "uri": uri,
         "up": up,
         "inbound": inbound,
