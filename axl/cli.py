@@ -38,6 +38,8 @@ The admin socket (AdminListen in the config) speaks yggdrasil's admin
 protocol: yggdrasilctl -endpoint unix:///path/to/admin.sock getPeers
 
 environment:
+  AXL_BRIDGE_TOKEN=TOKEN   every bridge request needs "Authorization: Bearer TOKEN"
+                           (overrides bridge_token in the config)
   AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
 """
 
@@ -125,12 +127,15 @@ def run(argv: list[str]) -> int:
             from axl.config import NodeConfig
             config = NodeConfig()
         config.listen = list(args.listen) + config.listen
+        token_origin = config.take_token_from(os.environ)
         validate_config(config)
         identity, key_origin = config.load_identity()
     except ConfigError as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logging.getLogger("axl.node").info("%s", version_line())
+    if token_origin:
+        logging.getLogger("axl.bridge").info("bridge requests need the token (from %s)", token_origin)
     dispatcher = build_dispatcher(config)
     node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher)
     return _run_event_loop(run_daemon(node, dispatcher))

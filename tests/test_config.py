@@ -157,6 +157,14 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path, content, needle):
     assert "Traceback" not in result.stderr
 
 
+def test_cli_bad_token_in_the_environment_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "axl.cli", "--config", str(write(tmp_path, "{}"))],
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "AXL_BRIDGE_TOKEN": "bad token"})
+    assert result.returncode == 2 and result.stderr.strip() == \
+        "axl-node: AXL_BRIDGE_TOKEN: must be visible ASCII characters without spaces"
+
+
 def test_operator_fields_load():
     config = config_from_dict({"AdminListen": "unix:///run/axl/admin.sock", "NodeInfo": {"name": "n", "n": 1},
                                "NodeInfoPrivacy": True, "bridge_token": "s3cret", "bridge_addr": "unix:///run/b.sock"})

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from axl.build import BUILD_NAME, BUILD_VERSION
 from axl.core.datagrams import DEBUG_GET_PEERS_REQUEST, DEBUG_GET_SELF_REQUEST, DEBUG_GET_TREE_REQUEST
+from axl.errors import PeerChangeRefused
 from axl.gojson import Raw, compact
 from axl.identity import NodeIdentity, address_for_key, format_address
 from axl.link.multicast import InterfaceReport
-from axl.link.uri import PeerURI, URIError
 from axl.node.peers import PeerReport
 from axl.routing import PathReport, TreeEntry
 from axl.sessions import SessionReport
@@ -54,9 +54,9 @@ class AdminNode(Protocol):
 
     async def ask_debug(self, key: bytes, subtype: int, timeout: float) -> bytes: ...
 
-    def add_peer(self, uri: str) -> PeerURI: ...
+    def add_peer(self, uri: str) -> str: ...
 
-    def remove_peer(self, uri: str) -> PeerURI: ...
+    def remove_peer(self, uri: str) -> str: ...
 
 
 class CommandError(Exception):
@@ -187,7 +187,7 @@ async def remove_peer(node: AdminNode, rates: Rates, arguments: dict[str, Any]) 
     return _change_peers(node.remove_peer, arguments)
 
 
-def _change_peers(change: Callable[[str], PeerURI], arguments: dict[str, Any]) -> dict[str, Any]:
+def _change_peers(change: Callable[[str], str], arguments: dict[str, Any]) -> dict[str, Any]:
     """addPeer or removePeer: {} once done, as in Go."""
     uri = _string_argument(arguments, "uri")
     if _string_argument(arguments, "interface"):
@@ -195,7 +195,7 @@ def _change_peers(change: Callable[[str], PeerURI], arguments: dict[str, Any]) -
                            "give a link-local address with its zone instead (tls://[fe80::1%eth0]:9001)")
     try:
         change(uri)
-    except URIError as exc:
+    except PeerChangeRefused as exc:
         raise CommandError(str(exc)) from None
     return {}
 

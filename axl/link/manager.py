@@ -16,13 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from axl.errors import PeerAlreadyConfigured, PeerNotConfigured
 from axl.identity import NodeIdentity
 from axl.link.connection import Connection, Link, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.protocol import HANDSHAKE_TIMEOUT
 from axl.link.queue import DEFAULT_BYTE_CAP
 from axl.link.transports import Listener, dial, listen
-from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
+from axl.link.uri import PeerURI, parse_listen_uri, parse_peer_uri
 from axl.tasks import start_task
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
@@ -156,7 +157,7 @@ class LinkManager:
         """
         peer_uri = _as_uri(uri)
         if peer_uri.peer_key in self._peers:
-            raise URIError(f"peer {peer_uri.peer_key} is already configured")
+            raise PeerAlreadyConfigured(f"peer {peer_uri.peer_key} is already configured")
         peer = _Peer(peer_uri)
         self._peers[peer_uri.peer_key] = peer
         peer.task = start_task(self._dial_forever(peer), self.log, f"dialer for {peer_uri}")
@@ -166,7 +167,7 @@ class LinkManager:
         """Stop dialing `uri` and close its link, if any."""
         peer = self._peers.pop(_as_uri(uri).peer_key, None)
         if peer is None:
-            raise URIError(f"peer {uri} is not configured")
+            raise PeerNotConfigured(f"peer {uri} is not configured")
         if peer.task is not None:
             peer.task.cancel()
         if peer.connection is not None:

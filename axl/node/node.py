@@ -25,7 +25,7 @@ from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.multicast import Discovery, InterfaceReport
-from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
+from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node import peers
 from axl.node.core import NodeCore, ProtocolReply
 from axl.node.inbox import Inbox, InboxMessage
@@ -357,12 +357,12 @@ class Node:
 
     # -- peers at run time, and reports for the admin socket -----------------
 
-    def add_peer(self, uri: str) -> PeerURI:
-        """Dial `uri` from now on (not saved in the config); URIError says why not."""
+    def add_peer(self, uri: str) -> str:
+        """Dial `uri` from now on (not saved in the config); PeerChangeRefused says why not."""
         return peers.add_peer(self.link_manager, uri)
 
-    def remove_peer(self, uri: str) -> PeerURI:
-        """Close `uri`'s peering and stop dialing it; URIError if it is not a peer."""
+    def remove_peer(self, uri: str) -> str:
+        """Close `uri`'s peering and stop dialing it; PeerChangeRefused if it is not a peer."""
         return peers.remove_peer(self.link_manager, uri)
 
     def peer_reports(self) -> list[peers.PeerReport]:
@@ -388,14 +388,15 @@ class Node:
         return {
             "our_ipv6": format_address(self.identity.address),
             "our_public_key": self.identity.peer_id,
-            "peers": self._peer_list(),
+            "peers": self.peer_list(),
             "tree": self._tree_list(),
         }
 
     def session_count(self) -> int:
         return len(self.core.sessions.session_keys())
 
-    def _peer_list(self) -> list[dict]:
+    def peer_list(self) -> list[dict]:
+        """/topology's peers: configured ones (up or not) and inbound ones."""
         peers = []
         for status in self.link_manager.peers_status():
             entry = {

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from axl.errors import PeerChangeRefused
 from axl.link.manager import LinkManager
 from axl.link.uri import PeerURI, URIError, parse_peer_uri
 from axl.routing import Router
@@ -68,23 +69,28 @@ def _report(status: dict[str, Any], router: Router, live_links: set[int], now: f
     )
 
 
-def add_peer(manager: LinkManager, uri: str) -> PeerURI:
+def add_peer(manager: LinkManager, uri: str) -> str:
     """Dial `uri` from now on and keep it connected (not saved in the
-    config). URIError says why not: a bad URI, or a peer already there."""
+    config); returns the URI as the node reads it. PeerChangeRefused says
+    why not: a bad URI, or a peer already there (PeerAlreadyConfigured)."""
     peer = manager.add_peer(_parse(uri))
     log.info("peer added at run time: %s (not saved to the config file)", peer)
-    return peer
+    return str(peer)
 
 
-def remove_peer(manager: LinkManager, uri: str) -> PeerURI:
-    """Stop dialing `uri` and close its peering, for the rest of this run."""
+def remove_peer(manager: LinkManager, uri: str) -> str:
+    """Stop dialing `uri` and close its peering, for the rest of this run
+    (PeerNotConfigured if there is no such peer)."""
     peer = _parse(uri)
     manager.remove_peer(peer)
     log.info("peer removed at run time: %s (it is not redialed)", peer)
-    return peer
+    return str(peer)
 
 
 def _parse(uri: str) -> PeerURI:
-    if not isinstance(uri, str) or not uri:
-        raise URIError("no peer URI given, e.g. tls://203.0.113.5:9001")
-    return parse_peer_uri(uri)
+    if not uri:
+        raise PeerChangeRefused("no peer URI given, e.g. tls://203.0.113.5:9001")
+    try:
+        return parse_peer_uri(uri)
+    except URIError as exc:
+        raise PeerChangeRefused(str(exc)) from None
