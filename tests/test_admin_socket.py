@@ -93,9 +93,9 @@ def test_nodeinfo_both_ways_with_and_without_privacy(trio):
 
 def test_topology_names_peers_by_their_nodeinfo(trio):
     a, b, _ = trio
-    wait_until(lambda: [p.get("name") for p in a.get_json("/topology")["peers"]] == ["beta"], 10,
+    wait_until(lambda: [p.get("name") for p in a.get_json("/topology")["peers"]] == ["beta"], 20,
                what="a knows b's name")
-    wait_until(lambda: [p.get("name") for p in b.get_json("/topology")["peers"]] == ["alpha"], 10,
+    wait_until(lambda: [p.get("name") for p in b.get_json("/topology")["peers"]] == ["alpha"], 20,
                what="b knows a's name")
     peerings = a.get_json("/dashboard/api/peers")["peerings"]
     assert [p["name"] for p in peerings] == ["beta"]

@@ -17,6 +17,7 @@ the wire carries (without one, as in the simulator, `now` serves both).
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import deque
@@ -41,6 +42,15 @@ from axl.wire import DecodeError
 log = logging.getLogger("axl.node")
 
 TICK_INTERVAL = 1.0
+# A direct peer's NodeInfo "name" is asked this long after the peering comes
+# up (by then the tree has settled and the request finds a path at once),
+# and asked again this often until it answers. Of two nodes of this project,
+# the one with the higher key waits twice as long: by then the other's
+# question has made the session, so the two never start a handshake at the
+# same moment (crossing handshakes can lose the first message each way).
+NAME_DELAY = 3.0
+NAME_RETRY = 60.0
+MAX_NAME = 64
 
 LinkWrite = SendFrame | SendTraffic
 ProtocolReply = NodeInfoReceived | DebugReplyReceived
@@ -54,9 +64,11 @@ class NodeCore:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  rng: random.Random | None = None,
                  key_pairs: KeyPairFactory = random_key_pair,
-                 nodeinfo: bytes | None = None) -> None:
+                 nodeinfo: bytes | None = None, ask_peer_names: bool = False) -> None:
         """`nodeinfo` is the encoded NodeInfo this node answers with
-        (`nodeinfo_reply_body`); by default only the build fields."""
+        (`nodeinfo_reply_body`); by default only the build fields. With
+        `ask_peer_names`, each direct peer is asked its NodeInfo, and the
+        "name" in it (yggdrasil's convention) lands in `peer_names`."""
         self.identity = identity
         self.links: dict[int, bytes] = {}
         self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
@@ -87,6 +99,9 @@ class NodeCore:
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._replies: deque[ProtocolReply] = deque()
+        self.peer_names: dict[bytes, str] = {}
+        self._ask_names = ask_peer_names
+        self._name_due: dict[bytes, float] = {}
         self._next_tick = now + TICK_INTERVAL
         self._handlers = self._action_handlers()
 
@@ -94,10 +109,17 @@ class NodeCore:
 
     def link_up(self, link_id: int, key: bytes, priority: int, now: float) -> None:
         self.links[link_id] = key
+        if self._ask_names and key not in self.peer_names:
+            delay = NAME_DELAY if self.identity.public_key < key else 2 * NAME_DELAY
+            self._name_due.setdefault(key, now + delay)
         self.apply(self.router.add_link(link_id, key, priority, now), now)
 
     def link_down(self, link_id: int, now: float) -> None:
-        if self.links.pop(link_id, None) is not None:
+        key = self.links.pop(link_id, None)
+        if key is not None:
+            if key not in self.links.values():
+                self.peer_names.pop(key, None)
+                self._name_due.pop(key, None)
             self.apply(self.router.remove_link(link_id, now), now)
 
     def frame_received(self, link_id: int, ftype: int, body: bytes, now: float, *,
@@ -204,8 +226,14 @@ class NodeCore:
             self.apply(self.sessions.tick(now), now)
             self.device.tick(now)
             self.core.expire(now)
+            self._ask_names_due(now)
         except Exception:
             log.exception("maintenance tick failed")
+
+    def _ask_names_due(self, now: float) -> None:
+        for key in [key for key, due in self._name_due.items() if due <= now]:
+            self._name_due[key] = now + NAME_RETRY
+            self.apply(self.core.request_nodeinfo(key, now), now)
 
     # -- the action pump ------------------------------------------------
 
@@ -303,4 +331,17 @@ class NodeCore:
         self.messages.packet_received(action.source_key, action.packet, now)
 
     def _reply_received(self, action: ProtocolReply, now: float) -> None:
+        if isinstance(action, NodeInfoReceived) and self._name_due.pop(action.key, None) is not None:
+            name = _name_in(action.info)
+            if name:
+                self.peer_names[action.key] = name[:MAX_NAME]
         self._replies.append(action)
+
+
+def _name_in(nodeinfo: bytes) -> str:
+    """The "name" string of a NodeInfo object ("" when there is none)."""
+    try:
+        name = json.loads(nodeinfo).get("name")
+    except (ValueError, AttributeError):
+        return ""
+    return name if isinstance(name, str) else ""

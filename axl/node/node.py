@@ -11,16 +11,13 @@ It also formats the topology for the bridge.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from axl.config import ConfigError, NodeConfig
-from axl.core.datagrams import (
-    NODEINFO_REPLY, NodeInfoReceived, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request,
-)
+from axl.core.datagrams import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
@@ -78,7 +75,7 @@ class Node:
         self.core = NodeCore(identity, MessageSettings.from_config(config), now,
                              wall_clock=time.time,
                              max_connections=config.max_concurrent_conns,
-                             nodeinfo=config.nodeinfo_body())
+                             nodeinfo=config.nodeinfo_body(), ask_peer_names=True)
         self.links: dict[int, Link] = {}
         self.link_manager = LinkManager(
             identity, self,
@@ -167,11 +164,7 @@ class Node:
     def link_up(self, link: Link) -> None:
         self.links[link.link_id] = link
         self.stats.link_up(link.remote_key, link.link_id, link.counters, time.time())
-        now = time.monotonic()
-        self.core.link_up(link.link_id, link.remote_key, link.priority, now)
-        # The peer's NodeInfo, for the name /topology and the dashboard show
-        # (yggdrasil's convention: a "name" field). Its answer is _replied's.
-        self.core.request_nodeinfo(link.remote_key, now)
+        self.core.link_up(link.link_id, link.remote_key, link.priority, time.monotonic())
         self._drain()
 
     def frame_received(self, link: Link, ftype: int, body: bytes) -> None:
@@ -341,19 +334,9 @@ class Node:
                 self._asking.pop((kind, key), None)
 
     def _replied(self, reply: ProtocolReply) -> None:
-        if isinstance(reply, NodeInfoReceived):
-            self._learn_name(reply.key, reply.info)
         for future in self._asking.pop((reply.kind, reply.key), []):
             if not future.done():
                 future.set_result(reply.body)
-
-    def _learn_name(self, key: bytes, info: bytes) -> None:
-        try:
-            name = json.loads(info).get("name")
-        except (ValueError, AttributeError):
-            return
-        if isinstance(name, str):
-            self.stats.peer_named(key, name)
 
     # -- peers at run time, and reports for the admin socket -----------------
 
@@ -404,7 +387,7 @@ class Node:
                 "up": status["up"], "inbound": status["inbound"],
                 "public_key": status["public_key"], "root": "", "port": 0, "coords": [],
             }
-            name = self.stats.peer_name(bytes.fromhex(status["public_key"])) if status["public_key"] else ""
+            name = self.core.peer_names.get(bytes.fromhex(status["public_key"])) if status["public_key"] else None
             if name:
                 entry["name"] = name
             link = status.get("link")

@@ -20,7 +20,6 @@ from axl.link.counters import LinkCounters
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_DESTINATIONS = 256
 MAX_PEERS = 256
-MAX_NAME = 64
 
 EventListener = Callable[[str, dict], None]
 
@@ -81,8 +80,6 @@ class PeerStats:
     last_reason: str = ""
     live: dict[int, LinkCounters] = field(default_factory=dict)
     closed: LinkCounters = field(default_factory=LinkCounters)
-    # The "name" of its NodeInfo, once it answered ("" until then, or without one).
-    name: str = ""
 
     @property
     def reconnects(self) -> int:
@@ -179,16 +176,6 @@ class NodeStats:
         if not peer.live:
             peer.up_since = None
         self._emit("peer", {"public_key": key.hex(), "state": "down", "reason": reason, "time": now})
-
-    def peer_named(self, key: bytes, name: str) -> None:
-        """A direct peer's NodeInfo names it (cut to 64 characters); others are not kept."""
-        peer = self.peers.get(key)
-        if peer is not None:
-            peer.name = name[:MAX_NAME]
-
-    def peer_name(self, key: bytes) -> str:
-        peer = self.peers.get(key)
-        return peer.name if peer is not None else ""
 
     def _evict_down_peers(self) -> None:
         """Forget the least recently changed peers that are down; up ones stay."""
