@@ -380,14 +380,14 @@ class Node:
 
     def peer_list(self) -> list[dict]:
         """/topology's peers: configured ones (up or not) and inbound ones."""
-        peers = []
+        entries = []
         for status in self.link_manager.peers_status():
             entry = {
                 "uri": status["uri"], "scheme": status["scheme"],
                 "up": status["up"], "inbound": status["inbound"],
                 "public_key": status["public_key"], "root": "", "port": 0, "coords": [],
             }
-            name = self.core.peer_names.get(bytes.fromhex(status["public_key"])) if status["public_key"] else None
+            name = self.core.peer_names.get(bytes.fromhex(status["public_key"]))  # b"" while down
             if name:
                 entry["name"] = name
             link = status.get("link")
@@ -395,8 +395,8 @@ class Node:
                 view = self.core.router.peer_view(link.link_id)
                 if view is not None:
                     entry.update(root=view.root.hex(), port=view.port, coords=list(view.coords))
-            peers.append(entry)
-        return peers
+            entries.append(entry)
+        return entries
 
     def _tree_list(self) -> list[dict]:
         return [
