@@ -30,9 +30,11 @@ examples:
   axl-node --config node-config.json --listen tls://0.0.0.0:9001 --log-level debug
   axl-node genkey private.pem
 
-The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
+The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default;
+bridge_addr may be unix:///path for a UNIX socket):
 GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer},
-GET /metrics (Prometheus) and /dashboard/ (a live page in the browser).
+GET/POST/DELETE /peers (peers at run time), GET /metrics (Prometheus) and
+/dashboard/ (a live page in the browser).
 
 The admin socket (AdminListen in the config) speaks yggdrasil's admin
 protocol: yggdrasilctl -endpoint unix:///path/to/admin.sock getPeers

@@ -71,6 +71,22 @@ def test_get_peers_shows_each_side_of_the_peering(trio):
         assert 0 < entry["uptime"] < 600 and isinstance(entry["latency"], int) and entry["latency"] > 0
 
 
+def test_peer_rates_are_the_last_seconds_bytes(trio):
+    a, b, _ = trio
+
+    def rate_sent() -> int:
+        [at_b] = ask(b, "getPeers")["peers"]
+        return at_b.get("rate_sent", 0)
+
+    def push() -> int:
+        assert b.send(a.peer_id, bytes(200_000))[0] == 200
+        return rate_sent()
+
+    assert wait_until(lambda: push() > 100_000, 20, what="a rate over the last second")
+    assert a.recv(5)[0] == 200
+    wait_until(lambda: rate_sent() < 10_000, 20, what="the rate falling once the traffic stops")
+
+
 def test_tree_paths_and_sessions_after_a_message(trio):
     a, b, _ = trio
     tree = {entry["key"]: entry for entry in ask(a, "getTree")["tree"]}
