@@ -31,9 +31,14 @@ examples:
   axl-node --config node-config.json --listen tls://0.0.0.0:9001 --log-level debug
   axl-node genkey private.pem
 
-The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default):
+The HTTP bridge listens on bridge_addr:api_port (127.0.0.1:9002 by default;
+bridge_addr may be unix:///path for a UNIX socket):
 GET /topology, POST /send, GET /recv, /mcp/{peer}/{service}, /a2a/{peer},
-GET /metrics (Prometheus) and /dashboard/ (a live page in the browser).
+GET/POST/DELETE /peers (peers at run time), GET /metrics (Prometheus) and
+/dashboard/ (a live page in the browser).
+
+The admin socket (AdminListen in the config) speaks yggdrasil's admin
+protocol: yggdrasilctl -endpoint unix:///path/to/admin.sock getPeers
 
 Messages waiting for /recv are kept in axl-inbox.sqlite3 beside the key
 file (PrivateKeyPath), so they survive a restart or a crash; the config's
@@ -41,6 +46,8 @@ inbox_path names another file, "" keeps them in memory. Two nodes need two
 files (docs/operations.md, "The durable inbox").
 
 environment:
+  AXL_BRIDGE_TOKEN=TOKEN   every bridge request needs "Authorization: Bearer TOKEN"
+                           (overrides bridge_token in the config)
   AXL_EVENT_LOOP=asyncio   use the standard asyncio loop instead of uvloop
 """
 
@@ -129,6 +136,7 @@ def run(argv: list[str]) -> int:
             from axl.config import NodeConfig
             config = NodeConfig()
         config.listen = list(args.listen) + config.listen
+        token_origin = config.take_token_from(os.environ)
         validate_config(config)
         identity, key_origin = config.load_identity()
     except ConfigError as exc:
@@ -140,6 +148,8 @@ def run(argv: list[str]) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+    if token_origin:
+        logging.getLogger("axl.bridge").info("bridge requests need the token (from %s)", token_origin)
     dispatcher = build_dispatcher(config)
     node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher, inbox_store=inbox_store)
     return _run_event_loop(run_daemon(node, dispatcher))

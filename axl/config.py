@@ -12,10 +12,14 @@ import ipaddress
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from axl.build import build_fields
+from axl.core import nodeinfo_reply_body
 from axl.identity import KeyFileError, NodeIdentity
 from axl.link.multicast import MulticastRule
 
@@ -23,9 +27,11 @@ log = logging.getLogger("axl.config")
 
 # Yggdrasil keys a node config may carry that this node does not use.
 IGNORED_YGGDRASIL_KEYS = frozenset({
-    "InterfacePeers", "AdminListen", "IfName", "IfMTU",
-    "LogLookups", "NodeInfoPrivacy", "NodeInfo", "Certificate",
+    "InterfacePeers", "IfName", "IfMTU", "LogLookups", "Certificate",
 })
+# The environment variable that sets (and overrides) bridge_token.
+TOKEN_VARIABLE = "AXL_BRIDGE_TOKEN"
+UNIX_SCHEME = "unix://"
 
 
 # The durable inbox's file name when inbox_path is not set: beside the key file.
@@ -48,8 +54,13 @@ class NodeConfig:
     listen: list[str] = field(default_factory=list)
     allowed_public_keys: list[str] = field(default_factory=list)
     multicast_interfaces: list[MulticastRule] = field(default_factory=list)
+    admin_listen: str = "none"
+    nodeinfo: dict = field(default_factory=dict)
+    nodeinfo_privacy: bool = False
     api_port: int = 9002
     bridge_addr: str = "127.0.0.1"
+    # Every bridge request must carry `Authorization: Bearer <token>`; "" = off.
+    bridge_token: str = ""
     tcp_port: int = 7000
     # The acknowledged message stream between nodes of this project (a local
     # extension, docs/protocol.md). With message_streams false the node
@@ -98,6 +109,25 @@ class NodeConfig:
         return None
 
     @property
+    def bridge_unix_path(self) -> str | None:
+        """The socket path when the bridge listens on a UNIX socket (`unix:///path`)."""
+        return self.bridge_addr[len(UNIX_SCHEME):] if self.bridge_addr.startswith(UNIX_SCHEME) else None
+
+    def nodeinfo_body(self) -> bytes:
+        """The NodeInfo this node answers with, encoded: the configured
+        object, plus the build fields unless NodeInfoPrivacy."""
+        return nodeinfo_reply_body(self.nodeinfo, {} if self.nodeinfo_privacy else build_fields())
+
+    def take_token_from(self, environ: Mapping[str, str]) -> str:
+        """Apply AXL_BRIDGE_TOKEN (it overrides bridge_token); returns where
+        the token came from, for the log ("" when there is none)."""
+        if environ.get(TOKEN_VARIABLE):
+            self.bridge_token = environ[TOKEN_VARIABLE]
+            _check_token(TOKEN_VARIABLE, self.bridge_token)
+            return TOKEN_VARIABLE
+        return "bridge_token" if self.bridge_token else ""
+
+    @property
     def router_url(self) -> str:
         return f"{self.router_addr}:{self.router_port}" if self.router_addr else ""
 
@@ -114,11 +144,14 @@ _OVERLAY_FIELDS = {
     "Listen": ("listen", list),
     "AllowedPublicKeys": ("allowed_public_keys", list),
     "MulticastInterfaces": ("multicast_interfaces", list),
+    "AdminListen": ("admin_listen", str),
+    "NodeInfo": ("nodeinfo", dict),
+    "NodeInfoPrivacy": ("nodeinfo_privacy", bool),
 }
 # MulticastInterfaces entry key -> (MulticastRule field, kind)
 _MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Listen": ("listen", bool),
                      "Port": ("port", int), "Priority": ("priority", int), "Password": ("password", str)}
-_BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr", "inbox_path", "inbox_sync"}
+_BRIDGE_STR_FIELDS = {"bridge_addr", "router_addr", "a2a_addr", "bridge_token", "inbox_path", "inbox_sync"}
 _BRIDGE_BOOL_FIELDS = {"message_streams"}
 _PORT_FIELDS = {"api_port", "tcp_port", "message_stream_port", "router_port", "a2a_port"}
 # The port field that goes with each base URL field.
@@ -156,7 +189,8 @@ def _check_kind(name: str, value: object, kind: type) -> None:
     else:
         ok = isinstance(value, kind)
     if not ok:
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
+        expected = "a JSON object" if kind is dict else kind.__name__
+        raise ConfigError(f"{name}: expected {expected}, got {type(value).__name__}")
     if kind is list and not all(isinstance(item, str) for item in value):  # type: ignore[union-attr]
         raise ConfigError(f"{name}: expected a list of strings")
 
@@ -169,7 +203,11 @@ def _check_value(name: str, value: object) -> None:
     if name in _URL_PORTS and value:
         _check_base_url(name, str(value))
     if name == "bridge_addr" and value:
-        _check_host(name, str(value))
+        _check_bridge_addr(str(value))
+    if name == "bridge_token" and value:
+        _check_token(name, str(value))
+    if name == "AdminListen":
+        parse_admin_listen(str(value))
     if name == "PrivateKey" and value:
         _identity_from_hex(str(value))
     if name == "inbox_sync" and value not in INBOX_SYNC_MODES:
@@ -178,6 +216,57 @@ def _check_value(name: str, value: object) -> None:
         for key in value:  # type: ignore[union-attr]
             if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
                 raise ConfigError(f"AllowedPublicKeys: {key!r} is not a 64-char hex key")
+
+
+def _check_bridge_addr(value: str) -> None:
+    if value.startswith(UNIX_SCHEME):
+        if not value[len(UNIX_SCHEME):].startswith("/"):
+            raise ConfigError(f"bridge_addr: {value!r} needs an absolute socket path, e.g. unix:///run/axl/bridge.sock")
+        return
+    _check_host("bridge_addr", value)
+
+
+def _check_token(name: str, token: str) -> None:
+    """A token travels in a header: visible ASCII only, no spaces."""
+    if not all("!" <= char <= "~" for char in token):
+        raise ConfigError(f"{name}: must be visible ASCII characters without spaces")
+
+
+@dataclass(frozen=True)
+class AdminAddress:
+    """Where the admin socket listens: a UNIX socket path, or a TCP host and port."""
+
+    unix_path: str = ""
+    host: str = ""
+    port: int = 0
+
+    def __str__(self) -> str:
+        if self.unix_path:
+            return UNIX_SCHEME + self.unix_path
+        return f"tcp://[{self.host}]:{self.port}" if ":" in self.host else f"tcp://{self.host}:{self.port}"
+
+
+def parse_admin_listen(value: str) -> AdminAddress | None:
+    """AdminListen as yggdrasil reads it: "none" (or "") for off,
+    `unix:///path`, `tcp://host:port`, or a bare `host:port` (TCP)."""
+    if value in ("", "none"):
+        return None
+    if value.startswith(UNIX_SCHEME):
+        path = value[len(UNIX_SCHEME):]
+        if not path:
+            raise ConfigError("AdminListen: unix:// needs a socket path, e.g. unix:///var/run/axl-admin.sock")
+        return AdminAddress(unix_path=path)
+    text = value[len("tcp://"):] if value.startswith("tcp://") else value
+    example = 'e.g. "unix:///var/run/axl-admin.sock" or "tcp://127.0.0.1:9001"'
+    try:
+        parts = urlsplit("//" + text)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ConfigError(f"AdminListen: {value!r} is not an address; {example}") from None
+    if not host or port is None or parts.path or parts.query:
+        raise ConfigError(f"AdminListen: {value!r} is not an address; {example}")
+    _check_host("AdminListen", host)
+    return AdminAddress(host=host, port=port)
 
 
 def _check_base_url(name: str, value: str) -> None:
@@ -308,13 +397,31 @@ def config_from_dict(raw: dict) -> NodeConfig:
             continue
         _check_kind(name, value, kind)
         _check_value(name, value)
+        if name == "NodeInfo":
+            value = _as_go_numbers(value)
         if value == 0 and kind is int or value == "" and name == "bridge_addr":
             continue  # Go's rule: a zero value keeps the default (never "every interface")
         setattr(config, attr, [v.lower() for v in value] if name == "AllowedPublicKeys" else value)
+    try:
+        config.nodeinfo_body()
+    except ValueError as exc:  # NodeInfoTooLarge, or a NaN that JSON cannot carry
+        raise ConfigError(f"NodeInfo: {exc}") from None
     if config.message_streams and config.message_stream_port == config.tcp_port:
         raise ConfigError(f"message_stream_port: must differ from tcp_port ({config.tcp_port}), "
                           f"or set message_streams to false")
     return config
+
+
+def _as_go_numbers(value: Any) -> Any:
+    """Numbers as Go reads them from JSON into an interface{}: float64 (so
+    that NodeInfo's 1 and 1.0 are both answered as Go answers them, 1)."""
+    if isinstance(value, dict):
+        return {key: _as_go_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_go_numbers(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def load_config(path: str | Path) -> NodeConfig:

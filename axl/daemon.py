@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from axl.adapters import DispatchSettings, InboundDispatcher
 from axl.bridge.server import BridgeServer
-from axl.config import NodeConfig
+from axl.config import NodeConfig, parse_admin_listen
 from axl.heap import TRIM_INTERVAL, HeapTuning
 from axl.node import Node
 from axl.tasks import start_task
+
+if TYPE_CHECKING:
+    from axl.admin import AdminServer
 
 log = logging.getLogger("axl.node")
 
@@ -57,17 +61,20 @@ async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
     for sig in stop_signals():
         loop.add_signal_handler(sig, stopped.set)
     bridge = BridgeServer(node, node.config)
+    admin = _admin_server(node)
     try:
         await node.start()
         await bridge.start()
+        if admin is not None:
+            await admin.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
-        await _stop(node, bridge, dispatcher)
+        await _stop(node, bridge, admin, dispatcher)
         return 1
     await stopped.wait()
     log.info("stopping")
     try:
-        await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
+        await asyncio.wait_for(_stop(node, bridge, admin, dispatcher), STOP_TIMEOUT)
     except TimeoutError:
         log.error("stopping took over %.0f s; exiting without waiting further", STOP_TIMEOUT)
         return 1
@@ -80,7 +87,19 @@ async def _trim_heap(heap: HeapTuning) -> None:
         heap.release_free_memory()
 
 
-async def _stop(node: Node, bridge: BridgeServer, dispatcher: InboundDispatcher) -> None:
+def _admin_server(node: Node) -> AdminServer | None:
+    """The admin socket when AdminListen asks for one (the module loads only then)."""
+    address = parse_admin_listen(node.config.admin_listen)
+    if address is None:
+        return None
+    from axl.admin import AdminServer
+    return AdminServer(node, address)
+
+
+async def _stop(node: Node, bridge: BridgeServer, admin: AdminServer | None,
+                dispatcher: InboundDispatcher) -> None:
+    if admin is not None:
+        await admin.stop()
     await bridge.stop()
     await node.stop()
     await dispatcher.close()

@@ -1,4 +1,5 @@
-"""Delivery failures that the node reports to its callers.
+"""Delivery failures that the node reports to its callers, and refused
+changes to its peers.
 
 They live at the bottom of the package so that the bridge and the adapters
 can map them to HTTP statuses without knowing which layer raised them.
@@ -23,6 +24,18 @@ class DeliveryTimeout(DeliveryError):
 
 class MessageTooLarge(DeliveryError):
     """The payload exceeds max_message_size (HTTP 413)."""
+
+
+class PeerChangeRefused(ValueError):
+    """A peer could not be added or removed at run time; the text says why."""
+
+
+class PeerAlreadyConfigured(PeerChangeRefused):
+    """Adding a peer whose address is configured already."""
+
+
+class PeerNotConfigured(PeerChangeRefused):
+    """Removing a peer that is not configured."""
 
 
 def never_connected(dest: str, how: str) -> PeerUnreachable:

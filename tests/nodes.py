@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from axl.client.blocking import UnixHTTPConnection
 from axl.harness import free_port, spawn_node, stop_process
 
 
@@ -29,13 +31,18 @@ def stop_leftovers() -> None:
 
 
 class BridgeHttp:
-    """Requests to a node's HTTP bridge at `url` (ours or a Go AXL node)."""
+    """Requests to a node's HTTP bridge at `url` (ours or a Go AXL node),
+    with its bearer token when it has one (`token`)."""
 
     url: str
+    token: str = ""
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict | None = None, timeout: float = 30.0) -> tuple[int, dict, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
+        headers = {"Authorization": f"Bearer {self.token}", **(headers or {})} if self.token else headers or {}
+        if self.url.startswith("unix://"):
+            return unix_request(self.url[len("unix://"):], method, path, body, headers, timeout)
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, dict(resp.headers), resp.read()
@@ -55,6 +62,18 @@ class BridgeHttp:
         return {peer["public_key"] for peer in self.get_json("/topology")["peers"] if peer["up"]}
 
 
+def unix_request(socket_path: str, method: str, path: str, body: bytes | None, headers: dict,
+                 timeout: float) -> tuple[int, dict, bytes]:
+    """One HTTP request to a bridge on a UNIX socket."""
+    connection = UnixHTTPConnection(socket_path, timeout)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
 @dataclass
 class NodeProcess(BridgeHttp):
     name: str
@@ -65,17 +84,20 @@ class NodeProcess(BridgeHttp):
     process: subprocess.Popen | None = None
     peer_id: str = ""
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    token: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+        bridge_addr = json.loads(self.config_path.read_text()).get("bridge_addr", "")
+        return bridge_addr if bridge_addr.startswith("unix://") else f"http://127.0.0.1:{self.api_port}"
 
     @property
     def listen_uri(self) -> str:
         return f"tls://127.0.0.1:{self.listen_port}"
 
     def start(self, timeout: float = 15.0) -> "NodeProcess":
-        self.process = spawn_node(self.config_path, self.log_path, args=self.extra_args)
+        self.process = spawn_node(self.config_path, self.log_path, args=self.extra_args, env=self.env)
         STARTED.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -187,6 +209,25 @@ def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
     from prometheus_client.parser import text_string_to_metric_families
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def admin_call(endpoint: str, request: str, timeout: float = 15.0, **arguments: str) -> dict:
+    """One request to an admin socket (`unix:///path` or `tcp://host:port`),
+    sent as yggdrasilctl sends it; the whole answer, parsed."""
+    if endpoint.startswith("unix://"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address: str | tuple[str, int] = endpoint[len("unix://"):]
+    else:
+        host, _, port = endpoint[len("tcp://"):].rpartition(":")
+        sock, address = socket.socket(socket.AF_INET, socket.SOCK_STREAM), (host, int(port))
+    with sock:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.sendall(json.dumps({"request": request, "arguments": arguments}).encode() + b"\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return json.loads(answer)
 
 
 def up_peers(node: NodeProcess) -> set[str]:

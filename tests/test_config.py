@@ -1,11 +1,13 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from axl.config import ConfigError, config_from_dict, load_config
+from axl.build import build_fields
+from axl.config import AdminAddress, ConfigError, config_from_dict, load_config, parse_admin_listen
 
 
 def write(tmp_path, data, name="c.json"):
@@ -42,9 +44,9 @@ def test_go_node_config_loads_unchanged(tmp_path):
 
 
 def test_unknown_field_warns(caplog):
-    config_from_dict({"surprise": 1, "NodeInfo": {}})
+    config_from_dict({"surprise": 1, "IfName": "none"})
     assert "unknown field surprise" in caplog.text
-    assert "NodeInfo" in caplog.text
+    assert "IfName is a Yggdrasil setting" in caplog.text
 
 
 @pytest.mark.parametrize("typo, meant", [
@@ -144,6 +146,12 @@ def run_cli(*args, cwd=None):
     ('{"Peers": ["tls://exa mple:1"]}', "Peers[0]: bad host"),
     ('{"Peers": ["tls://127.0.0.1:0"]}', "Peers[0]: port 0"),
     ('{"bridge_addr": "not an ip"}', "bridge_addr"),
+    ('{"bridge_addr": "unix://relative.sock"}', "bridge_addr: 'unix://relative.sock' needs an absolute socket path"),
+    ('{"bridge_token": "two words"}', "bridge_token: must be visible ASCII"),
+    ('{"AdminListen": "tcp://127.0.0.1"}', "AdminListen: 'tcp://127.0.0.1' is not an address"),
+    ('{"NodeInfo": "me"}', "NodeInfo: expected a JSON object, got str"),
+    ('{"NodeInfo": {"blob": "%s"}}' % ("x" * 16400), "NodeInfo: 16"),
+    ('{"NodeInfoPrivacy": "yes"}', "NodeInfoPrivacy: expected bool"),
 ])
 def test_cli_bad_config_exits_2_with_one_line(tmp_path, content, needle):
     result = run_cli("-config", str(write(tmp_path, content)))
@@ -151,6 +159,34 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path, content, needle):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_bad_token_in_the_environment_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "axl.cli", "--config", str(write(tmp_path, "{}"))],
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "AXL_BRIDGE_TOKEN": "bad token"})
+    assert result.returncode == 2 and result.stderr.strip() == \
+        "axl-node: AXL_BRIDGE_TOKEN: must be visible ASCII characters without spaces"
+
+
+def test_operator_fields_load():
+    config = config_from_dict({"AdminListen": "unix:///run/axl/admin.sock", "NodeInfo": {"name": "n", "n": 1},
+                               "NodeInfoPrivacy": True, "bridge_token": "s3cret", "bridge_addr": "unix:///run/b.sock"})
+    assert parse_admin_listen(config.admin_listen) == AdminAddress(unix_path="/run/axl/admin.sock")
+    assert parse_admin_listen("127.0.0.1:9001") == AdminAddress(host="127.0.0.1", port=9001)
+    assert parse_admin_listen("tcp://[::1]:9001") == AdminAddress(host="::1", port=9001)
+    assert parse_admin_listen("none") is None and parse_admin_listen(config_from_dict({}).admin_listen) is None
+    assert config.nodeinfo_body() == b'{"n":1,"name":"n"}', "no build fields with NodeInfoPrivacy; 1 as Go writes it"
+    assert config.bridge_unix_path == "/run/b.sock" and config_from_dict({}).bridge_unix_path is None
+    assert config.take_token_from({}) == "bridge_token" and config.bridge_token == "s3cret"
+    assert config.take_token_from({"AXL_BRIDGE_TOKEN": "other"}) == "AXL_BRIDGE_TOKEN"
+    assert config.bridge_token == "other"
+    assert config_from_dict({}).take_token_from({}) == ""
+
+
+def test_nodeinfo_gets_the_build_fields_without_privacy():
+    body = json.loads(config_from_dict({"NodeInfo": {"name": "n", "buildname": "mine"}}).nodeinfo_body())
+    assert body == {"name": "n", **build_fields()}
 
 
 def test_cli_missing_config_file(tmp_path):

@@ -3,9 +3,10 @@ import json
 import pytest
 
 from axl.core import (
-    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
-    go_json, nodeinfo_request,
+    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, NodeInfoTooLarge, SendMessage,
+    debug_request, nodeinfo_reply_body, nodeinfo_request,
 )
+from axl.core.datagrams import MAX_PENDING_QUERIES, QUERY_TIMEOUT
 from axl.identity import NodeIdentity
 from vectors import load
 
@@ -14,7 +15,7 @@ IDENT = NodeIdentity.from_seed(bytes([5]) * 32)
 
 
 def make_core(nodeinfo=None, peers=(), tree=(), entries=0):
-    return Core(IDENT, nodeinfo if nodeinfo is not None else {"name": "n"},
+    return Core(IDENT, nodeinfo_reply_body(nodeinfo if nodeinfo is not None else {"name": "n"}, {}),
                 peer_keys=lambda: list(peers), tree_keys=lambda: list(tree),
                 routing_entries=lambda: entries)
 
@@ -38,16 +39,54 @@ def test_nodeinfo_request_trailing_bytes_ignored():
     assert action.message == b'\x02\x02{"a":"\\u003c\\u0026\\u003e","b":1}'
 
 
-def test_nodeinfo_response_parsed_or_raw():
+def test_nodeinfo_request_answered_with_the_remote_bytes_as_sent():
     core = make_core()
-    assert core.handle(SOURCE, b'\x02\x02{"x":"y"}', 0) == [NodeInfoReceived(SOURCE, {"x": "y"})]
-    assert core.handle(SOURCE, b"\x02\x02[1]", 0) == [NodeInfoReceived(SOURCE, b"[1]")]
-    assert core.handle(SOURCE, b"\x02\x02\xff{", 0) == [NodeInfoReceived(SOURCE, b"\xff{")]
+    for body in (b'{"x":"y"}', b"[1]", b"\xff{"):
+        assert core.request_nodeinfo(SOURCE, 0) == [SendMessage(SOURCE, nodeinfo_request())]
+        assert core.handle(SOURCE, b"\x02\x02" + body, 1) == [NodeInfoReceived(SOURCE, body)]
+
+
+def test_replies_nobody_asked_for_are_dropped():
+    core = make_core()
+    assert core.handle(SOURCE, b'\x02\x02{"x":"y"}', 0) == []
+    core.request_nodeinfo(SOURCE, 0)
+    assert core.handle(bytes(32), b'\x02\x02{"x":"y"}', 0) == [], "another key's reply"
+    assert core.handle(SOURCE, debug_request(2) + b"data", 0) == [], "another kind of reply"
+    assert core.handle(SOURCE, b'\x02\x02{}', 0) == [NodeInfoReceived(SOURCE, b"{}")]
+    assert core.handle(SOURCE, b'\x02\x02{}', 0) == [], "one reply per request"
+
+
+def test_a_request_is_forgotten_after_a_minute():
+    core = make_core()
+    core.request_nodeinfo(SOURCE, 0)
+    assert core.handle(SOURCE, b"\x02\x02{}", QUERY_TIMEOUT) == []
+    core.request_debug(SOURCE, 1, 0)
+    core.expire(QUERY_TIMEOUT)
+    assert core._pending == {}
+
+
+def test_pending_requests_are_bounded():
+    core = make_core()
+    keys = [i.to_bytes(32, "big") for i in range(MAX_PENDING_QUERIES + 1)]
+    for key in keys:
+        core.request_nodeinfo(key, 0)
+    assert len(core._pending) == MAX_PENDING_QUERIES
+    assert core.handle(keys[0], b"\x02\x02{}", 1) == [], "the oldest went first"
+    assert core.handle(keys[-1], b"\x02\x02{}", 1) == [NodeInfoReceived(keys[-1], b"{}")]
 
 
 def test_nodeinfo_too_large_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(NodeInfoTooLarge):
         make_core({"x": "y" * 16384})
+    with pytest.raises(NodeInfoTooLarge):
+        Core(IDENT, b"x" * 16385, peer_keys=list, tree_keys=list, routing_entries=int)
+
+
+def test_nodeinfo_body_adds_the_build_fields_over_the_configured_ones():
+    build = {"buildname": "axl-py", "buildversion": "9"}
+    assert nodeinfo_reply_body({"name": "n", "buildname": "mine"}, build) == \
+        b'{"buildname":"axl-py","buildversion":"9","name":"n"}'
+    assert nodeinfo_reply_body({"name": "n"}, {}) == b'{"name":"n"}'
 
 
 def test_get_self_reply():
@@ -81,9 +120,12 @@ def test_key_list_truncated_to_core_mtu():
 
 def test_debug_responses_reported():
     core = make_core()
-    for subtype in (2, 4, 6):
-        assert core.handle(SOURCE, debug_request(subtype) + b"data", 0) == [
-            DebugReplyReceived(SOURCE, subtype, b"data")]
+    for subtype in (1, 3, 5):
+        assert core.request_debug(SOURCE, subtype, 0) == [SendMessage(SOURCE, debug_request(subtype))]
+        assert core.handle(SOURCE, debug_request(subtype + 1) + b"data", 0) == [
+            DebugReplyReceived(SOURCE, subtype + 1, b"data")]
+    with pytest.raises(ValueError):
+        core.request_debug(SOURCE, 2, 0)
 
 
 @pytest.mark.parametrize("plaintext", [
@@ -93,7 +135,3 @@ def test_debug_responses_reported():
 def test_everything_else_ignored(plaintext):
     assert make_core().handle(SOURCE, plaintext, 0) == []
 
-
-def test_go_json_matches_go_conventions():
-    assert go_json({"z": 1, "a": [True, None]}) == b'{"a":[true,null],"z":1}'
-    assert go_json({"k": "é\u2028"}) == '{"k":"é\\u2028"}'.encode()

@@ -60,6 +60,9 @@ class Scenario:
 SCENARIOS = [
     Scenario("README.md", (0,), RUN3, ("X-Sent-Bytes: 5", "X-From-Peer-Id", "hello")),
     Scenario("docs/operations.md", (0,), RUN3, ("X-Sent-Bytes: 5", "X-From-Peer-Id", "hello")),
+    Scenario("docs/operations.md", (1, 2), RUN3, ('{"peers": []}', '"up": true', '"our_public_key"',
+                                                "this bridge needs 'Authorization: Bearer <token>'",
+                                                "'uri': 'tls://127.0.0.1:9001'")),
     Scenario("README.md", (1,), TESTNET, ("total = 5 from 5 nodes", "MB/s", "delivery ratio         1.0000")),
     Scenario("examples/mcp/README.md", (0, 1, 2, 3), "", ("node B is ", '"name":"get_forecast"', "Lyon")),
     Scenario("examples/a2a/README.md", (0, 1, 2, 3, 4), "", ('"skills"', "TASK_STATE_COMPLETED", "Lyon")),

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from axl.core import (
     Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
-    nodeinfo_request,
+    nodeinfo_reply_body, nodeinfo_request,
 )
 from axl.core.datagrams import CORE_MTU
 from axl.identity import ADDRESS_PREFIX, NodeIdentity, address_for_key
@@ -32,9 +32,14 @@ ME, PEER = _identity(1), _identity(2)
 MANY_KEYS = [hashlib.sha256(bytes([n])).digest() for n in range(40)] * 60
 
 
-def _core() -> Core:
-    return Core(ME, {"name": "fuzz", "list": [1, 2, 3]}, peer_keys=lambda: MANY_KEYS,
+def _core(asked: bytes) -> Core:
+    """A core that asked `asked` for everything, so that its replies are read too."""
+    core = Core(ME, nodeinfo_reply_body({"name": "fuzz", "list": [1, 2, 3]}, {}), peer_keys=lambda: MANY_KEYS,
                 tree_keys=lambda: MANY_KEYS[:5], routing_entries=lambda: 7)
+    core.request_nodeinfo(asked, T0)
+    for subtype in (1, 3, 5):
+        core.request_debug(asked, subtype, T0)
+    return core
 
 
 CORE_SEEDS = [nodeinfo_request(), b"\x02\x02" + b'{"name":"x"}', b"\x01\x60" + bytes(39)] + [
@@ -45,7 +50,7 @@ CORE_SEEDS = [nodeinfo_request(), b"\x02\x02" + b'{"name":"x"}', b"\x01\x60" + b
 @FUZZ
 @given(st.binary(min_size=0, max_size=40), noise_or_mutation(CORE_SEEDS, 200))
 def test_core_handles_any_plaintext(source, plaintext):
-    for action in _core().handle(source, plaintext, T0):
+    for action in _core(source).handle(source, plaintext, T0):
         if isinstance(action, SendMessage):
             assert action.dest_key == source and len(action.message) <= CORE_MTU
         elif isinstance(action, DeliverIPv6):

@@ -459,3 +459,24 @@ def test_maxbackoff_lowers_the_redial_ceiling() -> None:
     assert delays[-1] >= 30 * 0.8
     uncapped = manager._backoff_for(parse_peer_uri("tls://127.0.0.1:1"))
     assert max(uncapped.next_delay() for _ in range(12)) > 30 * 1.2
+
+
+async def test_a_configured_peer_remembers_why_it_is_down(managers) -> None:
+    client, at_client = managers(ID_B)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    client.add_peer(f"tcp://127.0.0.1:{port}")
+    await at_client.until(lambda: client.peers_status()[0]["last_error"])
+    [status] = client.peers_status()
+    assert not status["up"] and "connect call failed" in status["last_error"].lower() and status["last_error_at"] > 0
+
+    server, _ = managers(ID_A)
+    other, at_other = managers(ID_C)
+    other.add_peer(await _listen(server, "tcp://127.0.0.1:0"))
+    await at_other.until(lambda: at_other.ups)
+    assert other.peers_status()[0]["last_error"] == "" and at_other.ups[0].since > 0
+    await server.stop()
+    await at_other.until(lambda: other.peers_status()[0]["last_error"])
+    assert not other.peers_status()[0]["up"]

@@ -10,10 +10,11 @@ import random
 import pytest
 
 from axl import __version__
+from axl.build import build_fields
 from axl.core import nodeinfo_request
 from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import NodeIdentity
-from axl.node.core import NodeCore
+from axl.node.core import NAME_DELAY, NodeCore
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
 )
@@ -27,10 +28,11 @@ SETTINGS = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
 class Pair:
     """Two cores on one link; frames arrive at once, time jumps to the next timer."""
 
-    def __init__(self, settings: tuple[MessageSettings, MessageSettings] = (SETTINGS, SETTINGS)) -> None:
+    def __init__(self, settings: tuple[MessageSettings, MessageSettings] = (SETTINGS, SETTINGS),
+                 **options) -> None:
         self.now = 1000.0
         self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), settings[n - 1], self.now,
-                               rng=random.Random(n)) for n in (1, 2)]
+                               rng=random.Random(n), **options) for n in (1, 2)]
         self.events: list[list[MessageEvent]] = [[], []]
         for index, core in enumerate(self.cores):
             core.link_up(1, self.cores[1 - index].identity.public_key, 0, self.now)
@@ -142,7 +144,38 @@ def test_one_timer_covers_the_maintenance_tick():
 def test_nodeinfo_reply_names_this_build() -> None:
     core = NodeCore(NodeIdentity.from_seed(bytes([3]) * 32), SETTINGS, 0.0, rng=random.Random(3))
     [reply] = core.core.handle(bytes(32), nodeinfo_request(), 0.0)
-    assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__}
+    assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__,
+                                             "buildplatform": "linux", "buildarch": build_fields()["buildarch"]}
+
+
+def test_each_peer_is_asked_its_name_once_the_tree_has_settled():
+    pair = Pair(nodeinfo=b'{"name":"twin"}', ask_peer_names=True)
+    pair.run(NAME_DELAY - 0.5)
+    assert pair.cores[0].peer_names == {} and pair.cores[0].sessions.session_keys() == []
+    pair.run(1.0)
+    first, second = sorted(range(2), key=lambda index: pair.keys[index])
+    assert pair.cores[first].peer_names == {pair.keys[second]: "twin"} and pair.cores[second].peer_names == {}
+    pair.run(NAME_DELAY + 1.0)
+    assert pair.cores[second].peer_names == {pair.keys[first]: "twin"}, "asked on the session the first made"
+    assert pair.cores[0].next_reply().info == b'{"name":"twin"}', "the answer is offered to the driver too"
+    pair.cores[0].link_down(1, pair.now)
+    assert pair.cores[0].peer_names == {}
+
+
+def test_a_peer_without_a_name_is_asked_once():
+    pair = Pair(nodeinfo=b'{"site":"x"}', ask_peer_names=True)
+    pair.run(2 * NAME_DELAY + 1.5)
+    assert pair.cores[0].peer_names == {} and pair.cores[0]._name_due == {} == pair.cores[1]._name_due
+
+
+def test_remote_questions_get_their_answers():
+    pair = Pair()
+    pair.run(3.0)
+    pair.cores[0].request_debug(pair.keys[1], 3, pair.now)
+    pair.run(1.0)
+    reply = pair.cores[0].next_reply()
+    assert (reply.key, reply.subtype, reply.payload) == (pair.keys[1], 4, pair.keys[0])
+    assert pair.cores[1].core.own_reply(nodeinfo_request()) == pair.cores[1].core._nodeinfo_reply[2:]
 
 
 def test_a_failing_router_tick_does_not_starve_the_other_layers(pair, monkeypatch, caplog):

@@ -23,7 +23,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.guard import BridgeGuard, unauthorized
 from axl.bridge.http1 import Answer
+from axl.bridge.peers import add_peer_routes
 from axl.bridge.ws import CLIENTS, NODE, RECEIVER, handle_ws, track_streams
 from axl.errors import DeliveryError
 from axl.httpbody import BodyTimeout, ClientLeft, answer_and_close, read_limited_body, refuse_oversized_early
@@ -124,10 +126,23 @@ def send_expect(node: BridgeNode) -> Callable[[web.Request], Awaitable[web.Strea
     return expect
 
 
+def guard_middleware(guard: BridgeGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Every route needs the bridge token (the dashboard may show its cookie instead)."""
+    @web.middleware
+    async def check_token(request: web.Request, handler) -> web.StreamResponse:
+        if guard.allows(request.headers.get("Authorization", "")) or \
+                guard.allows_dashboard(request.path, request.headers.get("Cookie", "")):
+            return await handler(request)
+        signed_in = guard.sign_in(request.path, request.query_string)
+        return response_for(signed_in if signed_in is not None else unauthorized(request.path))
+    return check_token
+
+
 def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
               observatory: Observatory) -> web.Application:
     config = node.config
-    app = web.Application(client_max_size=node.max_message_size + 1)
+    middlewares = [guard_middleware(BridgeGuard(config.bridge_token))] if config.bridge_token else []
+    app = web.Application(client_max_size=node.max_message_size + 1, middlewares=middlewares)
     app[NODE] = node
     app[CLIENTS] = clients
     app[RECEIVER] = receiver
@@ -137,6 +152,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
     app.router.add_post("/send", handle_send, expect_handler=send_expect(node))
     app.router.add_get("/recv", handle_recv)
     app.router.add_get("/ws", handle_ws)
+    add_peer_routes(app, node)
     add_observability(app, observatory)
     add_agent_routes(app, node, AgentBridgeSettings(
         mcp_timeout=float(config.mcp_timeout_secs),

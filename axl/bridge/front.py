@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.guard import BridgeGuard, unauthorized
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
@@ -69,6 +70,8 @@ class FrontDoor:
     full_application: Callable[[], asyncio.Future[ProtocolFactory]]
     # The Prometheus exposition and its content type: a scrape needs no full application.
     metrics: Callable[[], tuple[bytes, str]]
+    # With a bridge token, the requests served here must carry it.
+    guard: BridgeGuard | None = None
     connections: set[BridgeConnection] = field(default_factory=set)
     date: HttpDate = field(default_factory=HttpDate)
     # bytes read and not yet served, all connections together
@@ -305,6 +308,8 @@ class BridgeConnection(asyncio.Protocol):
         if route is None:
             self._hand_off()
             return False
+        if self.door.guard is not None and not self.door.guard.allows(head.authorization):
+            route = self._unauthorized
         ahead.skip(length + len(HEAD_END))
         self._head = head
         self._started = time.monotonic()
@@ -342,6 +347,11 @@ class BridgeConnection(asyncio.Protocol):
         return getattr(self, name) if name is not None else None
 
     # -- the routes --------------------------------------------------------
+
+    def _unauthorized(self, head: RequestHead) -> None:
+        """401; a /send body that came with it is never read, so the connection closes."""
+        self._close_after_answer = True
+        self._answer(unauthorized(head.path))
 
     def _topology(self, head: RequestHead) -> None:
         self._answer(api.topology_answer(self.door.node))

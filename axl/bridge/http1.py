@@ -39,6 +39,7 @@ class RequestHead:
     content_length: int
     keep_alive: bool
     destination: str  # X-Destination-Peer-Id, as sent ("" when absent)
+    authorization: str = ""  # the Authorization header, for the bridge token
 
 
 def parse_head(head: bytes) -> RequestHead | None:
@@ -73,7 +74,8 @@ def read_head(head: bytes) -> RequestHead | None:
     path, _, query = target.partition("?")
     return RequestHead(method, path, query, int(length_text),
                        b"close" not in _header(lowered, lowered, b"\r\nconnection:"),
-                       _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"))
+                       _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"),
+                       _header(block, lowered, b"\r\nauthorization:").decode("latin-1"))
 
 
 _read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
+from axl.bridge.guard import BridgeGuard
 from axl.config import NodeConfig
+from axl.localsocket import bind_unix_socket, remove_socket
 from axl.observe.observatory import Observatory
 
 if TYPE_CHECKING:
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("axl.bridge")
 
+# A bridge on a UNIX socket is its owner's alone.
+UNIX_SOCKET_MODE = 0o600
 ANSWER_STOP_TIMEOUT = 2.0
 """How long a stopping bridge waits for the front door's answers under way
 (a /send waiting for its acknowledgement) before closing their connections."""
@@ -32,7 +36,7 @@ class BridgeServer:
         self.observatory = Observatory(node)
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
                                float(config.conn_read_timeout_secs), self._full_application,
-                               self._metrics)
+                               self._metrics, BridgeGuard(config.bridge_token) if config.bridge_token else None)
         node.budgets.add(self._door.budget_use)
         self._server: asyncio.Server | None = None
         self._full: asyncio.Future[ProtocolFactory] | None = None
@@ -41,15 +45,23 @@ class BridgeServer:
     async def start(self) -> None:
         """Bind and serve; an address in use raises OSError."""
         loop = asyncio.get_running_loop()
-        host, port = self.config.bridge_addr, self.config.api_port
+        host, port, path = self.config.bridge_addr, self.config.api_port, self.config.bridge_unix_path
         try:
-            self._server = await loop.create_server(
-                lambda: BridgeConnection(self._door), host, port, reuse_address=True)
+            if path is not None:
+                sock = bind_unix_socket(path, UNIX_SOCKET_MODE)
+                self._server = await loop.create_unix_server(lambda: BridgeConnection(self._door), sock=sock)
+            else:
+                self._server = await loop.create_server(
+                    lambda: BridgeConnection(self._door), host, port, reuse_address=True)
         except socket.gaierror as exc:
             raise OSError(f"bridge_addr {host!r}: {exc.strerror}") from None
+        except OSError as exc:
+            if path is None:
+                raise
+            raise OSError(f"bridge_addr {host}: {exc.strerror or exc}") from None
         self.observatory.start()
         shown = f"[{host}]" if ":" in host else host
-        log.info("bridge listening on http://%s:%d", shown, port)
+        log.info("bridge listening on %s", host if path is not None else f"http://{shown}:{port}")
 
     def _metrics(self) -> tuple[bytes, str]:
         from axl.observe import metrics  # prometheus_client loads here, on the first scrape
@@ -76,6 +88,8 @@ class BridgeServer:
             return
         self._server.close()
         self._server = None
+        if self.config.bridge_unix_path is not None:
+            remove_socket(self.config.bridge_unix_path)
         self.clients.release_all()
         self.observatory.shutdown()
         if self._full is not None:

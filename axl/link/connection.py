@@ -17,6 +17,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,8 @@ class Link:
         self.inbound = connection.inbound
         self.remote_addr = connection.remote_addr
         self.counters = connection.counters
+        # When the handshake finished (monotonic): the peering's uptime.
+        self.since = time.monotonic()
         self._connection = connection
 
     @property
@@ -135,6 +138,8 @@ class Connection(asyncio.BufferedProtocol):
         self.remote_addr: tuple[Any, ...] | None = None
         self.link: Link | None = None
         self.closed = False
+        # Why it closed, for the link manager's last error ("" while open).
+        self.close_reason = ""
         self.counters = LinkCounters()
         self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
@@ -234,6 +239,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.shutdown(event.reason)
             else:
                 self.log.warning("handshake with %s failed: %s", self.who, event.reason)
+                self.close_reason = f"handshake failed: {event.reason}"
                 self._close_transport()
 
     def _establish(self, meta: LinkMeta, priority: int) -> None:
@@ -324,6 +330,7 @@ class Connection(asyncio.BufferedProtocol):
         """Close once; tell the node if the link had come up."""
         if self.closed:
             return
+        self.close_reason = reason
         if self._protocol is not None:
             self._protocol.close(reason)
         self._close_transport()

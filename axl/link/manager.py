@@ -11,18 +11,20 @@ import asyncio
 import logging
 import random
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from axl.budgets import LINK_QUEUE_BYTES
+from axl.errors import PeerAlreadyConfigured, PeerNotConfigured
 from axl.identity import NodeIdentity
 from axl.link.connection import Connection, Link, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.protocol import HANDSHAKE_TIMEOUT
 from axl.link.transports import Listener, dial, listen
-from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
+from axl.link.uri import PeerURI, parse_listen_uri, parse_peer_uri
 from axl.tasks import start_task
 
 __all__ = ["Link", "LinkHandler", "LinkManager"]
@@ -45,11 +47,18 @@ class LinkHandler(Protocol):
 
 @dataclass
 class _Peer:
-    """A configured outbound peer and its dialer task."""
+    """A configured outbound peer, its dialer task, and why its last
+    connection attempt or peering ended (and when, monotonic)."""
 
     uri: PeerURI
     task: asyncio.Task[None] | None = None
     connection: Connection | None = None
+    last_error: str = ""
+    last_error_at: float = 0.0
+
+    def failed(self, error: str) -> None:
+        self.last_error = error
+        self.last_error_at = time.monotonic()
 
 
 @dataclass
@@ -154,7 +163,7 @@ class LinkManager:
         """
         peer_uri = _as_uri(uri)
         if peer_uri.peer_key in self._peers:
-            raise URIError(f"peer {peer_uri.peer_key} is already configured")
+            raise PeerAlreadyConfigured(f"peer {peer_uri.peer_key} is already configured")
         peer = _Peer(peer_uri)
         self._peers[peer_uri.peer_key] = peer
         peer.task = start_task(self._dial_forever(peer), self.log, f"dialer for {peer_uri}")
@@ -164,7 +173,7 @@ class LinkManager:
         """Stop dialing `uri` and close its link, if any."""
         peer = self._peers.pop(_as_uri(uri).peer_key, None)
         if peer is None:
-            raise URIError(f"peer {uri} is not configured")
+            raise PeerNotConfigured(f"peer {uri} is not configured")
         if peer.task is not None:
             peer.task.cancel()
         if peer.connection is not None:
@@ -213,7 +222,9 @@ class LinkManager:
                 self._settings.handshake_timeout,
             )
         except OSError as exc:
-            self.log.info("dial %s failed: %s", uri, _dial_failure(uri, exc))
+            error = _dial_failure(uri, exc)
+            self.log.info("dial %s failed: %s", uri, error)
+            peer.failed(error)
             return False
         assert isinstance(connection, Connection)
         peer.connection = connection
@@ -221,6 +232,7 @@ class LinkManager:
             return await connection.done
         finally:
             peer.connection = None
+            peer.failed(connection.close_reason or "remote side closed the connection")
 
     # --- status and shutdown ---------------------------------------------------
 
@@ -233,10 +245,13 @@ class LinkManager:
                 if c is not None and c.link is not None and not c.closed]
 
     def peers_status(self) -> list[dict[str, Any]]:
-        """One entry per configured peer (up or not) and per inbound link."""
-        status = [self._status(str(p.uri), False, p.connection, p.uri)
+        """One entry per configured peer (up or not) and per inbound link.
+
+        `last_error` and `last_error_at` (monotonic) say why a configured
+        peer's last attempt or peering ended; "" and 0.0 before any."""
+        status = [self._status(str(p.uri), False, p.connection, p.uri, p)
                   for p in self._peers.values()]
-        status += [self._status(str(p.uri), False, p.connection, p.uri)
+        status += [self._status(str(p.uri), False, p.connection, p.uri, p)
                    for p in self._discovered.values() if p.connection is not None]
         status += [self._status(c.uri_text, True, c, c.uri)
                    for c in self._inbound if c.link is not None and not c.closed]
@@ -244,7 +259,7 @@ class LinkManager:
 
     @staticmethod
     def _status(uri: str, inbound: bool, connection: Connection | None,
-                configured: PeerURI) -> dict[str, Any]:
+                configured: PeerURI, peer: _Peer | None = None) -> dict[str, Any]:
         link = connection.link if connection is not None and not connection.closed else None
         return {
             "uri": uri,
@@ -254,6 +269,8 @@ class LinkManager:
             "public_key": link.remote_key.hex() if link else "",
             "priority": link.priority if link else configured.priority,
             "link": link,
+            "last_error": peer.last_error if peer is not None else "",
+            "last_error_at": peer.last_error_at if peer is not None else 0.0,
         }
 
     async def stop(self) -> None:

@@ -132,6 +132,18 @@ def scan_interfaces() -> list[Interface]:
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class InterfaceReport:
+    """An interface multicast runs on, as yggdrasil's getMulticastInterfaces
+    shows it: `address` is the listener's `[addr%if]:port`, or "-"."""
+
+    name: str
+    address: str
+    beacon: bool
+    listen: bool
+    password: bool
+
+
 @dataclass
 class _Active:
     """An interface we beacon or listen on."""
@@ -188,6 +200,16 @@ class Discovery:
                 active.listener.close()
         if self._transport is not None:
             self._transport.close()
+
+    def interface_report(self) -> list[InterfaceReport]:
+        reports = []
+        for name, active in self._active.items():
+            address = "-"
+            if active.listener is not None:
+                address = f"[{active.interface.link_local}%{name}]:{active.port}"
+            reports.append(InterfaceReport(name, address, active.rule.beacon, active.rule.listen,
+                                           bool(active.rule.password)))
+        return sorted(reports, key=lambda report: report.name)
 
     # --- the beacon loop --------------------------------------------------------
 

@@ -17,15 +17,19 @@ the wire carries (without one, as in the simulator, `now` serves both).
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from axl import __version__, routing, sessions
+from axl import routing, sessions
 from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, STREAM_WINDOW, BudgetUse
-from axl.core import IPV6_HEAD, Core, DeliverIPv6, SendMessage
+from axl.build import build_fields
+from axl.core import (
+    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
+)
 from axl.core.datagrams import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
@@ -41,9 +45,18 @@ log = logging.getLogger("axl.node")
 TICK_INTERVAL = 1.0
 # A layer whose tick keeps failing is logged again once every this many ticks.
 FAILURE_LOG_EVERY = 60
-NODEINFO = {"buildname": "axl-py", "buildversion": __version__}
+# A direct peer's NodeInfo "name" is asked this long after the peering comes
+# up (by then the tree has settled and the request finds a path at once),
+# and asked again this often until it answers. Of two nodes of this project,
+# the one with the higher key waits twice as long: by then the other's
+# question has made the session, so the two never start a handshake at the
+# same moment (crossing handshakes can lose the first message each way).
+NAME_DELAY = 3.0
+NAME_RETRY = 60.0
+MAX_NAME = 64
 
 LinkWrite = SendFrame | SendTraffic
+ProtocolReply = NodeInfoReceived | DebugReplyReceived
 
 
 class NodeCore:
@@ -53,13 +66,18 @@ class NodeCore:
                  wall_clock: Callable[[], float] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  rng: random.Random | None = None,
-                 key_pairs: KeyPairFactory = random_key_pair) -> None:
+                 key_pairs: KeyPairFactory = random_key_pair,
+                 nodeinfo: bytes | None = None, ask_peer_names: bool = False) -> None:
+        """`nodeinfo` is the encoded NodeInfo this node answers with
+        (`nodeinfo_reply_body`); by default only the build fields. With
+        `ask_peer_names`, each direct peer is asked its NodeInfo, and the
+        "name" in it (yggdrasil's convention) lands in `peer_names`."""
         self.identity = identity
         self.links: dict[int, bytes] = {}
         self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
         self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock)
         self.core = Core(
-            identity, nodeinfo=NODEINFO,
+            identity, nodeinfo=nodeinfo if nodeinfo is not None else nodeinfo_reply_body({}, build_fields()),
             peer_keys=lambda: list(self.links.values()),
             tree_keys=lambda: [entry.key for entry in self.router.tree_entries()],
             routing_entries=self.router.info_count,
@@ -83,6 +101,10 @@ class NodeCore:
         self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
+        self._replies: deque[ProtocolReply] = deque()
+        self.peer_names: dict[bytes, str] = {}
+        self._ask_names = ask_peer_names
+        self._name_due: dict[bytes, float] = {}
         self._next_tick = now + TICK_INTERVAL
         # layer -> maintenance ticks failed in a row
         self.tick_failures: dict[str, int] = {}
@@ -92,10 +114,17 @@ class NodeCore:
 
     def link_up(self, link_id: int, key: bytes, priority: int, now: float) -> None:
         self.links[link_id] = key
+        if self._ask_names and key not in self.peer_names:
+            delay = NAME_DELAY if self.identity.public_key < key else 2 * NAME_DELAY
+            self._name_due.setdefault(key, now + delay)
         self.apply(self.router.add_link(link_id, key, priority, now), now)
 
     def link_down(self, link_id: int, now: float) -> None:
-        if self.links.pop(link_id, None) is not None:
+        key = self.links.pop(link_id, None)
+        if key is not None:
+            if key not in self.links.values():
+                self.peer_names.pop(key, None)
+                self._name_due.pop(key, None)
             self.apply(self.router.remove_link(link_id, now), now)
 
     def frame_received(self, link_id: int, ftype: int, body: bytes, now: float, *,
@@ -177,6 +206,20 @@ class NodeCore:
                       self.messages.streams.window_refused),
         ]
 
+    # -- asking remote nodes (nodeinfo, debug) --------------------------
+
+    def request_nodeinfo(self, key: bytes, now: float) -> None:
+        """Ask `key` for its NodeInfo; the answer comes from `next_reply()`."""
+        self.apply(self.core.request_nodeinfo(key, now), now)
+
+    def request_debug(self, key: bytes, subtype: int, now: float) -> None:
+        """Ask `key` for its self, peers or tree; the answer comes from `next_reply()`."""
+        self.apply(self.core.request_debug(key, subtype, now), now)
+
+    def next_reply(self) -> ProtocolReply | None:
+        """The next answer to `request_nodeinfo` or `request_debug`."""
+        return self._replies.popleft() if self._replies else None
+
     def abort_all(self, now: float) -> None:
         """Reset every message connection (the node is stopping)."""
         self.messages.abort_all()
@@ -203,7 +246,8 @@ class NodeCore:
         keys). A failure is logged with its traceback when a run of them
         starts, then once every FAILURE_LOG_EVERY ticks while it lasts."""
         for name, tick in (("router", self.router.tick), ("sessions", self.sessions.tick),
-                           ("device", self.device.tick)):
+                           ("device", self.device.tick), ("core", self.core.expire),
+                           ("peer names", self._ask_names_due)):
             try:
                 actions = tick(now)
             except Exception:
@@ -219,6 +263,11 @@ class NodeCore:
             log.exception("%s maintenance tick failed; the other layers' go on", name)
         elif failures % FAILURE_LOG_EVERY == 0:
             log.error("%s maintenance tick still failing (%d ticks in a row)", name, failures)
+
+    def _ask_names_due(self, now: float) -> None:
+        for key in [key for key, due in self._name_due.items() if due <= now]:
+            self._name_due[key] = now + NAME_RETRY
+            self.apply(self.core.request_nodeinfo(key, now), now)
 
     # -- the action pump ------------------------------------------------
 
@@ -274,6 +323,8 @@ class NodeCore:
             SendIPv6: self._ipv6_to_send,
             Lookup: self._lookup,
             DeliverPacket: self._packet_received,
+            NodeInfoReceived: self._reply_received,
+            DebugReplyReceived: self._reply_received,
         }
 
     def _write_frame(self, action: LinkWrite, now: float) -> None:
@@ -312,3 +363,19 @@ class NodeCore:
 
     def _packet_received(self, action: DeliverPacket, now: float) -> None:
         self.messages.packet_received(action.source_key, action.packet, now)
+
+    def _reply_received(self, action: ProtocolReply, now: float) -> None:
+        if isinstance(action, NodeInfoReceived) and self._name_due.pop(action.key, None) is not None:
+            name = _name_in(action.info)
+            if name:
+                self.peer_names[action.key] = name[:MAX_NAME]
+        self._replies.append(action)
+
+
+def _name_in(nodeinfo: bytes) -> str:
+    """The "name" string of a NodeInfo object ("" when there is none)."""
+    try:
+        name = json.loads(nodeinfo).get("name")
+    except (ValueError, AttributeError):
+        return ""
+    return name if isinstance(name, str) else ""

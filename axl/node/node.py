@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
@@ -21,19 +22,22 @@ from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPA
                          DISPATCHES_PER_PEER, LINK_QUEUE_BYTES, WS_MAX_MESSAGE, BudgetBoard, BudgetUse,
                          PeerBudget)
 from axl.config import ConfigError, NodeConfig
+from axl.core.datagrams import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
-from axl.link.multicast import Discovery
+from axl.link.multicast import Discovery, InterfaceReport
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
-from axl.node.core import NodeCore
+from axl.node import peers
+from axl.node.core import NodeCore, ProtocolReply
 from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import NodeStats
 from axl.node.store import InboxStore
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
-from axl.routing import SendFrame
+from axl.routing import PathReport, SendFrame, TreeEntry
+from axl.sessions import SessionReport
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.node")
@@ -81,7 +85,8 @@ class Node:
         now = time.monotonic()
         self.core = NodeCore(identity, message_settings or MessageSettings.from_config(config), now,
                              wall_clock=time.time,
-                             max_connections=config.max_concurrent_conns)
+                             max_connections=config.max_concurrent_conns,
+                             nodeinfo=config.nodeinfo_body(), ask_peer_names=True)
         self.links: dict[int, Link] = {}
         self.link_manager = LinkManager(
             identity, self,
@@ -94,6 +99,8 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
+        # Callers waiting for a remote node's answer, by (reply kind, key).
+        self._asking: dict[tuple[ReplyKind, bytes], list[asyncio.Future[bytes]]] = {}
         self._started = False
         self._flush_pending = False
         self.discovery: Discovery | None = None
@@ -131,6 +138,8 @@ class Node:
                 link.send_traffic(write.frame, write.flow)
         while (event := core.next_event()) is not None:
             self._settle(event)
+        while (reply := core.next_reply()) is not None:
+            self._replied(reply)
 
     def _settle(self, event: object) -> None:
         if isinstance(event, InboundMessage):
@@ -360,11 +369,77 @@ class Node:
         self.core.flush(time.monotonic())
         self._drain()
 
+    # -- asking remote nodes (the admin socket) ----------------------------
+
+    async def ask_nodeinfo(self, key: bytes, timeout: float) -> bytes:
+        """`key`'s NodeInfo as it sent it; TimeoutError without an answer.
+        This node answers for itself at once (a Go node would time out)."""
+        if key == self.identity.public_key:
+            return self.core.core.own_reply(nodeinfo_request())
+        return await self._ask(NODEINFO_REPLY, key, timeout,
+                               lambda now: self.core.request_nodeinfo(key, now))
+
+    async def ask_debug(self, key: bytes, subtype: int, timeout: float) -> bytes:
+        """The body of `key`'s answer to debug request `subtype`."""
+        if key == self.identity.public_key:
+            return self.core.core.own_reply(debug_request(subtype))
+        return await self._ask(debug_reply_kind(subtype), key, timeout,
+                               lambda now: self.core.request_debug(key, subtype, now))
+
+    async def _ask(self, kind: ReplyKind, key: bytes, timeout: float,
+                   request: Callable[[float], None]) -> bytes:
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        waiting = self._asking.setdefault((kind, key), [])
+        waiting.append(future)
+        request(time.monotonic())
+        self._drain()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            if future in waiting:
+                waiting.remove(future)
+            if not waiting:
+                self._asking.pop((kind, key), None)
+
+    def _replied(self, reply: ProtocolReply) -> None:
+        for future in self._asking.pop((reply.kind, reply.key), []):
+            if not future.done():
+                future.set_result(reply.body)
+
+    # -- peers at run time, and reports for the admin socket -----------------
+
+    def add_peer(self, uri: str) -> str:
+        """Dial `uri` from now on (not saved in the config); PeerChangeRefused says why not."""
+        return peers.add_peer(self.link_manager, uri)
+
+    def remove_peer(self, uri: str) -> str:
+        """Close `uri`'s peering and stop dialing it; PeerChangeRefused if it is not a peer."""
+        return peers.remove_peer(self.link_manager, uri)
+
+    def peer_reports(self) -> list[peers.PeerReport]:
+        return peers.peer_reports(self.link_manager, self.core.router, set(self.links))
+
+    def tree_report(self) -> list[TreeEntry]:
+        """Every tree entry this node holds (getTree shows them all, stale ones too)."""
+        return self.core.router.tree_entries()
+
+    def path_report(self) -> list[PathReport]:
+        return self.core.router.path_report()
+
+    def session_report(self) -> list[SessionReport]:
+        return self.core.sessions.session_report(time.monotonic())
+
+    def routing_entries(self) -> int:
+        return self.core.router.info_count()
+
+    def multicast_report(self) -> list[InterfaceReport]:
+        return self.discovery.interface_report() if self.discovery is not None else []
+
     def topology(self) -> dict:
         return {
             "our_ipv6": format_address(self.identity.address),
             "our_public_key": self.identity.peer_id,
-            "peers": self._peer_list(),
+            "peers": self.peer_list(),
             "tree": self._tree_list(),
         }
 
@@ -386,21 +461,25 @@ class Node:
                       self.link_manager.refusals["ws_message_bytes"]),
         ]
 
-    def _peer_list(self) -> list[dict]:
-        peers = []
+    def peer_list(self) -> list[dict]:
+        """/topology's peers: configured ones (up or not) and inbound ones."""
+        entries = []
         for status in self.link_manager.peers_status():
             entry = {
                 "uri": status["uri"], "scheme": status["scheme"],
                 "up": status["up"], "inbound": status["inbound"],
                 "public_key": status["public_key"], "root": "", "port": 0, "coords": [],
             }
+            name = self.core.peer_names.get(bytes.fromhex(status["public_key"]))  # b"" while down
+            if name:
+                entry["name"] = name
             link = status.get("link")
             if link is not None and link.link_id in self.links:
                 view = self.core.router.peer_view(link.link_id)
                 if view is not None:
                     entry.update(root=view.root.hex(), port=view.port, coords=list(view.coords))
-            peers.append(entry)
-        return peers
+            entries.append(entry)
+        return entries
 
     def _tree_list(self) -> list[dict]:
         return [

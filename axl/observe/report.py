@@ -87,22 +87,23 @@ def peers(node: ObservedNode) -> dict:
         if key in listed and key:
             continue
         listed.add(key)
-        rows.append(_peering(entry["public_key"], entry["uri"], entry["up"], entry["inbound"],
-                             stats.peers.get(key), rtts.get(key), queued.get(key, 0)))
+        rows.append(_peering(entry["public_key"], entry.get("name", ""), entry["uri"], entry["up"],
+                             entry["inbound"], stats.peers.get(key), rtts.get(key), queued.get(key, 0)))
     for key, peer in stats.peers.items():
         if key not in listed:
-            rows.append(_peering(key.hex(), "", False, False, peer, None, 0))
+            rows.append(_peering(key.hex(), "", "", False, False, peer, None, 0))
     return {
         "peerings": rows,
         "destinations": [_destination(key, entry) for key, entry in reversed(stats.destinations.items())],
     }
 
 
-def _peering(key: str, uri: str, up: bool, inbound: bool, peer: PeerStats | None,
+def _peering(key: str, name: str, uri: str, up: bool, inbound: bool, peer: PeerStats | None,
              rtt: float | None, queued: int) -> dict:
     totals = peer.totals() if peer is not None else None
     return {
         "public_key": key,
+        "name": name,
         "uri": uri,
         "up": up,
         "inbound": inbound,

@@ -2,6 +2,7 @@
 
 from axl.routing.actions import Action, DeliverTraffic, PathFound, SendFrame, SendTraffic
 from axl.routing.bloom import BloomFilter
+from axl.routing.pathfinder import PathReport
 from axl.routing.router import BadSignature, PeerView, Router, TreeEntry
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "BloomFilter",
     "DeliverTraffic",
     "PathFound",
+    "PathReport",
     "PeerView",
     "Router",
     "SendFrame",

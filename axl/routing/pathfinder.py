@@ -46,6 +46,16 @@ PATH_THROTTLE = 1.0
 RUMOR_RETRIES = 15
 
 
+@dataclass(frozen=True)
+class PathReport:
+    """A destination, its coordinates and the notify's sequence number
+    (what yggdrasil's getPaths shows)."""
+
+    key: bytes
+    path: list[int]
+    seq: int
+
+
 @dataclass
 class _PathInfo:
     path: list[int]
@@ -84,6 +94,10 @@ class Pathfinder:
     def known_paths(self) -> dict[bytes, list[int]]:
         """Destinations with a path from a notify, and their coordinates."""
         return {key: list(info.path) for key, info in self.paths.items()}
+
+    def path_report(self) -> list[PathReport]:
+        """Each known path with the sequence number of the notify that gave it."""
+        return [PathReport(key, list(info.path), info.seq) for key, info in self.paths.items()]
 
     def handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
         """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""

@@ -49,7 +49,7 @@ from axl.routing.frames import (
     sig_bytes,
     traffic_frame,
 )
-from axl.routing.pathfinder import Pathfinder
+from axl.routing.pathfinder import Pathfinder, PathReport
 from axl.wire import MAX_FRAME, DecodeError, encode_frame
 
 ROUTER_REFRESH = 240.0
@@ -78,6 +78,10 @@ class PeerView:
     port: int
     root: bytes
     coords: list[int]
+    cost: int = 0
+    # The round trip of the link's last signature request and its response,
+    # in nanoseconds (0 before the first): ironwood's peer latency.
+    latency_ns: int = 0
 
 
 @dataclass
@@ -89,6 +93,7 @@ class _Link:
     lag_ns: int = UNKNOWN_LAG_NS
     responded: bool = False
     req_sent_at: float = 0.0
+    rtt_ns: int = 0
 
     def cost(self) -> int:
         """Link cost in whole milliseconds of latency, never 0 (it divides and multiplies)."""
@@ -280,7 +285,8 @@ class Router:
     def peer_view(self, link_id: int) -> PeerView:
         link = self._links[link_id]
         root, coords = self._root_and_path(link.key)
-        return PeerView(link.key, self._peers[link.key].port, root, list(coords))
+        return PeerView(link.key, self._peers[link.key].port, root, list(coords),
+                        link.cost(), max(0, link.rtt_ns))
 
     def info_count(self) -> int:
         return len(self.infos)
@@ -296,6 +302,9 @@ class Router:
     def known_paths(self) -> dict[bytes, list[int]]:
         """Destinations with a path from a notify, and their coordinates."""
         return self._pathfinder.known_paths()
+
+    def path_report(self) -> list[PathReport]:
+        return self._pathfinder.path_report()
 
     def rumor_count(self) -> int:
         return len(self._pathfinder.rumors)
@@ -390,7 +399,8 @@ class Router:
             peer.response_order = self._response_counter
         if not link.responded:
             link.responded = True
-            self._update_lag(link, int(round((self._now - link.req_sent_at) * 1e9)))
+            link.rtt_ns = int(round((self._now - link.req_sent_at) * 1e9))
+            self._update_lag(link, link.rtt_ns)
             self._hops.clear()  # the link's cost changed
 
     @staticmethod

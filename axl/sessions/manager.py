@@ -83,6 +83,14 @@ class Rekeyed:
 Action = SendPacket | DeliverPlaintext | Rekeyed
 
 
+@dataclass(frozen=True)
+class SessionReport:
+    key: bytes
+    uptime: float
+    rx_bytes: int
+    tx_bytes: int
+
+
 @dataclass
 class _Buffer:
     """The one packet waiting for a handshake, and the keys the Init offered."""
@@ -118,6 +126,11 @@ class _Session:
     next_send_shared: bytes = b""
     next_recv_shared: bytes = b""
     shared_ok: bool = False
+    # What `session_report` shows, as ironwood counts it: when the session
+    # began, and the plaintext bytes opened and sealed in it.
+    since: float = 0.0
+    rx: int = 0
+    tx: int = 0
 
     def fix_shared(self, recv_nonce: int, send_nonce: int) -> None:
         """Recompute the four shared keys after any key change; the nonces
@@ -165,6 +178,11 @@ class SessionManager:
     @property
     def max_sessions(self) -> int:
         return self._max_sessions
+
+    def session_report(self, now: float) -> list[SessionReport]:
+        """Every session: its remote key, age in seconds and plaintext bytes
+        each way (what yggdrasil's getSessions shows)."""
+        return [SessionReport(s.remote, now - s.since, s.rx, s.tx) for s in self._sessions.values()]
 
     def send(self, dest_key: bytes, message: bytes, now: float, *, head: bytes = b"") -> list[Action]:
         """Seal `head` + `message` for `dest_key`. A short `head` (the layer
@@ -278,7 +296,7 @@ class SessionManager:
             send, next_own = self._new_keys(), self._new_keys()
         session = _Session(remote=remote, seq=(fields.seq - 1) % _U64, current=fields.current,
                            next=fields.next, recv=recv, send=send, next_own=next_own,
-                           expires=now + SESSION_TIMEOUT)
+                           expires=now + SESSION_TIMEOUT, since=now)
         session.fix_shared(0, 0)
         self._store_session(session)
         return session, buffer
@@ -332,6 +350,7 @@ class SessionManager:
         packet = seal(message, session.send_nonce, session.send_shared,
                       header=header, prefix=session.next_own.public + head)
         session.expires = now + SESSION_TIMEOUT
+        session.tx += len(head) + len(message)
         return [SendPacket(session.remote, packet)]
 
     def _handle_traffic(self, remote: bytes, packet: bytes | memoryview, now: float) -> list[Action]:
@@ -385,6 +404,7 @@ class SessionManager:
             self.dropped["short"] += 1
             return []
         self._after_decrypt(session, from_current, to_send, nonce, inner_next, now)
+        session.rx += len(message)
         return [DeliverPlaintext(session.remote, message)]
 
     def _after_decrypt(self, session: _Session, from_current: bool, to_send: bool,

@@ -69,3 +69,9 @@ def network_for(request, base: Path) -> Iterator[MixedNetwork]:
 @pytest.fixture
 def mixed(tmp_path, request) -> Iterator[MixedNetwork]:
     yield from network_for(request, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def mixed_module(tmp_path_factory, request) -> Iterator[MixedNetwork]:
+    """One MixedNetwork shared by a module's tests."""
+    yield from network_for(request, tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2]))

@@ -45,6 +45,16 @@ def identity(rng: random.Random, root: bool = False) -> NodeIdentity:
             return candidate
 
 
+def yggdrasilctl(bin_dir: Path, endpoint: str, *command: str, plain: bool = False) -> dict | str:
+    """The real yggdrasilctl against an admin socket, a Go router's or ours:
+    its output parsed (`-json`), or as printed (`plain`)."""
+    argv = [str(bin_dir / "yggdrasilctl"), "-endpoint", endpoint, *([] if plain else ["-json"]), *command]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=15)
+    if result.returncode != 0:
+        raise RuntimeError(f"yggdrasilctl {' '.join(command)}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout if plain else json.loads(result.stdout)
+
+
 @dataclass
 class GoProcess:
     name: str
@@ -126,13 +136,7 @@ class GoRouter(GoProcess):
 
     def ctl(self, *command: str, plain: bool = False) -> dict | str:
         """The real yggdrasilctl against this router (`-json` unless `plain`)."""
-        argv = [str(self.bin_dir / "yggdrasilctl"), "-endpoint", self.admin]
-        if not plain:
-            argv.append("-json")
-        result = subprocess.run([*argv, *command], capture_output=True, text=True, timeout=10)
-        if result.returncode != 0:
-            raise RuntimeError(f"yggdrasilctl {' '.join(command)}: {result.stderr.strip() or result.stdout.strip()}")
-        return result.stdout if plain else json.loads(result.stdout)
+        return yggdrasilctl(self.bin_dir, self.admin, *command, plain=plain)
 
     def up_peer_keys(self) -> set[str]:
         return {peer["key"] for peer in self.ctl("getPeers")["peers"] if peer.get("up", True)}

@@ -95,7 +95,8 @@ function renderPeers(data) {
   body.replaceChildren();
   for (const p of data.peerings) {
     const row = el("tr", { "data-key": p.public_key, "data-up": String(p.up) });
-    const key = el("td", { class: "key", title: p.public_key }, short(p.public_key));
+    const label = p.name ? p.name + " · " + short(p.public_key) : short(p.public_key);
+    const key = el("td", { class: "key", title: p.public_key }, label);
     row.appendChild(key);
     fillRow(row, [
       [p.up ? "up" : "down", p.up ? "up" : "down"], p.inbound ? "in" : "out", p.uri || "—",
@@ -151,6 +152,7 @@ function layoutTree(topology) {
 
 function renderTopology(topology) {
   const { parent, self, peers, place } = layoutTree(topology);
+  const names = new Map(topology.peers.filter(p => p.name).map(p => [p.public_key, p.name]));
   const svg = $("graph");
   svg.replaceChildren();
   const line = (a, b, cls) => svg.appendChild(el("svg:line",
@@ -164,7 +166,7 @@ function renderTopology(topology) {
     const group = el("svg:g", { class: cls, "data-key": key });
     group.appendChild(el("svg:title", {}, key + (key === topology.root ? " (root)" : "")));
     group.appendChild(el("svg:circle", { cx: at.x, cy: at.y, r: 9 }));
-    const label = short(key) + (key === topology.root ? " root" : "");
+    const label = (names.get(key) || short(key)) + (key === topology.root ? " root" : "");
     group.appendChild(el("svg:text", { x: at.x + 13, y: at.y + 4 }, label));
     svg.appendChild(group);
   }
