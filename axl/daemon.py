@@ -51,11 +51,16 @@ def stop_signals() -> list[signal.Signals]:
     return signals
 
 
+def _settle(future: asyncio.Future[signal.Signals], sig: signal.Signals) -> None:
+    if not future.done():
+        future.set_result(sig)
+
+
 async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
-    stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
+    stop_signal: asyncio.Future[signal.Signals] = loop.create_future()
     for sig in stop_signals():
-        loop.add_signal_handler(sig, stopped.set)
+        loop.add_signal_handler(sig, _settle, stop_signal, sig)
     bridge = BridgeServer(node, node.config)
     try:
         await node.start()
@@ -64,8 +69,7 @@ async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
         log.error("cannot start: %s", exc)
         await _stop(node, bridge, dispatcher)
         return 1
-    await stopped.wait()
-    log.info("stopping")
+    log.info("stopping on %s", (await stop_signal).name)
     try:
         await asyncio.wait_for(_stop(node, bridge, dispatcher), STOP_TIMEOUT)
     except TimeoutError:
