@@ -130,7 +130,11 @@ def run(argv: list[str]) -> int:
     logging.getLogger("axl.node").info("%s", version_line())
     dispatcher = build_dispatcher(config)
     node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher)
-    return _run_event_loop(run_daemon(node, dispatcher))
+    try:
+        return _run_event_loop(run_daemon(node, dispatcher))
+    except ConfigError as exc:
+        print(f"axl-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def _run_event_loop(main_coroutine: Coroutine[None, None, int]) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from axl.identity import KeyFileError, NodeIdentity
+from axl.identity import KeyFileError, KeyFileMissing, NodeIdentity
 from axl.link.multicast import MulticastRule
 
 log = logging.getLogger("axl.config")
@@ -68,6 +68,9 @@ class NodeConfig:
         if self.private_key_path:
             try:
                 return NodeIdentity.load_pem(self.private_key_path), f"key file {self.private_key_path}"
+            except KeyFileMissing as exc:
+                raise ConfigError(f"PrivateKeyPath: {exc}; make one with: "
+                                  f"axl-node genkey {self.private_key_path}") from None
             except KeyFileError as exc:
                 raise ConfigError(f"PrivateKeyPath: {exc}") from None
         if self.private_key_hex:
