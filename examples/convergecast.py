@@ -26,8 +26,9 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
+from common import add_bridge_arguments, chosen_bridge, load_testnet, run_main  # first: see common.py
+
 from axl.client import AsyncClient
-from common import add_bridge_arguments, chosen_bridge, load_testnet, run_main
 
 log = logging.getLogger("convergecast")
 
