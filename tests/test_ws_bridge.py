@@ -11,7 +11,7 @@ import socket
 import aiohttp
 import pytest
 
-from nodes import Cluster, drain, up_peers, wait_until
+from nodes import Cluster, drain, metric_samples, up_peers, wait_until
 
 LIMIT = 64 << 10
 WAIT = 20.0
@@ -102,8 +102,15 @@ def frame(node, payload: bytes) -> bytes:
     return bytes.fromhex(node.peer_id) + payload
 
 
+def delivered_count(node) -> float:
+    """axl_messages_sent_total{status="200"}: /ws sends count there as /send's do."""
+    _, _, body = node.request("GET", "/metrics")
+    return metric_samples(body.decode()).get(("axl_messages_sent_total", (("status", "200"),)), 0.0)
+
+
 def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> None:
     a, b = clean
+    delivered_before = delivered_count(a)
 
     async def scenario() -> dict[int, dict]:
         client = await WsClient.open(a)
@@ -119,6 +126,7 @@ def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> N
     assert [ack for ack in acks.values() if ack["status"] != 200 or "error" in ack] == []
     assert drain(b) == [f"m{i}".encode() for i in range(1, 20, 2)]
     assert drain(a) == [f"m{i}".encode() for i in range(0, 20, 2)]
+    assert delivered_count(a) - delivered_before == 20
 
 
 def numbered(i: int, large: int) -> bytes:

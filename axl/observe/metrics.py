@@ -57,8 +57,9 @@ class NodeCollector:
                                 value=self.node.stats.started_at)
 
     def _messages(self, stats: NodeStats) -> Iterator[Metric]:
-        sent = CounterMetricFamily("axl_messages_sent", "POST /send answers, by HTTP status.",
-                                   labels=["status"])
+        sent = CounterMetricFamily("axl_messages_sent",
+                                   "Messages sent through the bridge (POST /send and /ws), by the "
+                                   "HTTP status of their answer or ack.", labels=["status"])
         for status, count in sorted(stats.sent_by_status.items()):
             sent.add_metric([str(status)], count)
         yield sent
