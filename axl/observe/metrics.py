@@ -114,14 +114,15 @@ class NodeCollector:
                                        f"(the {stats.max_destinations} most recent).",
                                        labels=["peer", "direction"])
         failures = CounterMetricFamily("axl_destination_failures",
-                                       "Failed sends to each remote node, by HTTP status.",
+                                       "Failed sends to each remote node, by HTTP status (also to "
+                                       f"the {stats.max_unanswered} most recent ids that never answered).",
                                        labels=["peer", "status"])
         for key, entry in stats.destinations.items():
-            label = key.hex()
-            messages.add_metric([label, "out"], entry.messages_sent)
-            messages.add_metric([label, "in"], entry.messages_received)
+            messages.add_metric([key.hex(), "out"], entry.messages_sent)
+            messages.add_metric([key.hex(), "in"], entry.messages_received)
+        for key, entry in [*stats.destinations.items(), *stats.unanswered.items()]:
             for status, count in sorted(entry.failures.items()):
-                failures.add_metric([label, str(status)], count)
+                failures.add_metric([key.hex(), str(status)], count)
         yield from (messages, failures)
 
     def _queues(self) -> Iterator[Metric]:

@@ -82,7 +82,7 @@ def peers(node: ObservedNode) -> dict:
             rows.append(_peering(key.hex(), "", False, False, peer, None, 0))
     return {
         "peerings": rows,
-        "destinations": [_destination(key, entry) for key, entry in reversed(stats.destinations.items())],
+        "destinations": [_destination(key, entry) for key, entry in stats.destination_entries()],
     }
 
 
