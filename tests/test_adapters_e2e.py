@@ -33,6 +33,7 @@ from axl.harness import free_port
 from axl.adapters.mcp_router import McpRouter
 from axl.errors import DeliveryTimeout, PeerUnreachable
 from a2acalls import run_task
+from nodes import wait_until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -61,8 +62,7 @@ class _Server(uvicorn.Server):
 async def start_uvicorn(app, port: int) -> tuple[_Server, asyncio.Task]:
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: server.started, 15, interval=0.01, what="uvicorn started")
     return server, task
 
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from axl.daemon import stop_signals
-from nodes import Cluster, NodeProcess, up_peers, wait_until
+from nodes import Cluster, NodeProcess, polls_waiting, up_peers, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,7 @@ async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):
         reader, writer = await asyncio.open_connection("127.0.0.1", node.api_port)
         writer.write(b"GET /recv?wait=30 HTTP/1.1\r\nHost: node\r\n\r\n")
         await writer.drain()
-        await asyncio.sleep(0.3)  # the node reads the request and waits for a message
+        await asyncio.to_thread(wait_until, lambda: polls_waiting(node) == 1, 10, what="the long poll waiting")
         started = time.monotonic()
         assert await asyncio.to_thread(node.stop) == 0
         assert time.monotonic() - started < 2.5

@@ -45,6 +45,11 @@ class Inbox:
     def queued_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def waiting_polls(self) -> int:
+        """Long polls waiting for the next message (the queue is empty while any do)."""
+        return len(self._waiters)
+
     def has_room(self, size: int) -> bool:
         """Would a message of `size` bytes fit? An empty queue takes any size."""
         if not self._messages:

@@ -131,6 +131,9 @@ class NodeCollector:
                                 value=len(node.inbox))
         yield GaugeMetricFamily("axl_recv_queue_bytes", "Bytes waiting for GET /recv.",
                                 value=node.inbox.queued_bytes)
+        yield GaugeMetricFamily("axl_recv_polls_waiting",
+                                "GET /recv long polls (and a /ws receiver's) waiting for a message.",
+                                value=node.inbox.waiting_polls)
         yield GaugeMetricFamily("axl_link_queue_bytes",
                                 "Traffic bytes queued on peerings under back-pressure.",
                                 value=sum(link.queued_bytes for link in list(node.links.values())))
