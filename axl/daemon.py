@@ -66,7 +66,7 @@ async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
     stop_signal: asyncio.Future[signal.Signals] = loop.create_future()
     for sig in stop_signals():
         loop.add_signal_handler(sig, _settle, stop_signal, sig)
-    bridge = BridgeServer(node, node.config)
+    bridge = BridgeServer(node, node.config, dispatcher.counts)
     try:
         await _start(node, bridge)
     except ConfigError:

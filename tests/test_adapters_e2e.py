@@ -27,6 +27,7 @@ from aiohttp.test_utils import TestServer
 from mcp.server.mcpserver import MCPServer
 
 from axl.adapters import DispatchSettings, InboundDispatcher
+from axl.adapters.counts import AdapterCounts
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.adapters.a2a_server import RouterClient, create_app
 from axl.harness import free_port
@@ -144,7 +145,7 @@ async def stack() -> AsyncIterator[Stack]:
     plain_remote = InboundDispatcher(DispatchSettings(a2a_addr="http://127.0.0.1", a2a_port=plain_server.port))
     requester = LoopbackRequester(CALLER_KEY, {REMOTE_KEY: remote, PLAIN_TEXT_KEY: plain_remote})
     bridge = web.Application()
-    add_agent_routes(bridge, requester, AgentBridgeSettings())
+    add_agent_routes(bridge, requester, AgentBridgeSettings(), AdapterCounts())
     bridge_server = TestServer(bridge, host="127.0.0.1")
     await bridge_server.start_server()
 

@@ -7,6 +7,7 @@ import logging
 
 from prometheus_client import generate_latest
 
+from axl.adapters.counts import AdapterCounts
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
 from axl.link.counters import LinkCounters
@@ -147,7 +148,7 @@ def test_log_ring_keeps_the_newest_lines() -> None:
 
 async def test_each_node_has_its_own_registry() -> None:
     nodes = [Node(NodeConfig(), NodeIdentity.generate()) for _ in range(2)]
-    registries = [build_registry(node, HttpStats()) for node in nodes]
+    registries = [build_registry(node, HttpStats(), AdapterCounts()) for node in nodes]
     nodes[0].stats.send_finished(KEY_A, 7, 200, 0.01, now=1.0)
     nodes[0].stats.message_received(KEY_B, 3, now=1.0)
     first, second = samples(registries[0]), samples(registries[1])

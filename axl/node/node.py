@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Protocol
 
 from axl.config import ConfigError, NodeConfig
@@ -23,7 +24,7 @@ from axl.link.multicast import Discovery
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node.core import NodeCore
 from axl.node.inbox import Inbox, InboxMessage
-from axl.node.stats import NodeStats
+from axl.node.stats import ListenerCounts, NodeStats
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
@@ -302,6 +303,9 @@ class Node:
 
     def session_count(self) -> int:
         return len(self.core.sessions.session_keys())
+
+    def listener_counts(self) -> ListenerCounts:
+        return replace(self.core.messages.listener, rejects=self.core.stack.refused_connections)
 
     def _peer_list(self) -> list[dict]:
         peers = []

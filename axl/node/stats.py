@@ -97,6 +97,21 @@ class PeerStats:
         return total
 
 
+@dataclass(slots=True)
+class ListenerCounts:
+    """What arrived on the node's application ports (tcp_port and message_stream_port):
+    connections taken and refused (at max_concurrent_conns), messages refused
+    for their size, and connections that ended, broke the protocol or stalled
+    in the middle of a message. The message layer counts; the TCP stack, which
+    refuses connections before the layer sees them, fills `rejects` when read
+    (Node.listener_counts)."""
+
+    accepts: int = 0
+    rejects: int = 0
+    oversize: int = 0
+    read_errors: int = 0
+
+
 def _remember(table: OrderedDict[bytes, DestinationStats], key: bytes, entry: DestinationStats,
               capacity: int) -> None:
     """Put `entry` last (most recent) in `table`, forgetting the least recent beyond `capacity`."""

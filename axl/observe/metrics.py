@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 
 from axl import __version__
+from axl.adapters.counts import AdapterCounts
 from axl.node.stats import Histogram, NodeStats
 from axl.observe.httpstats import HttpStats
 from axl.observe.view import ObservedNode
@@ -33,9 +34,10 @@ def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
 class NodeCollector:
     """Reads the node's numbers at scrape time."""
 
-    def __init__(self, node: ObservedNode, http: HttpStats) -> None:
+    def __init__(self, node: ObservedNode, http: HttpStats, adapters: AdapterCounts) -> None:
         self.node = node
         self.http = http
+        self.adapters = adapters
 
     def describe(self) -> list[Metric]:
         return []
@@ -46,6 +48,8 @@ class NodeCollector:
         yield from self._peerings()
         yield from self._destinations(self.node.stats)
         yield from self._queues()
+        yield from self._listener()
+        yield from self._adapters()
         yield from self._http()
 
     def _identity(self) -> Iterator[Metric]:
@@ -140,6 +144,30 @@ class NodeCollector:
         yield GaugeMetricFamily("axl_sessions", "End-to-end encrypted sessions held.",
                                 value=node.session_count())
 
+    def _listener(self) -> Iterator[Metric]:
+        counts = self.node.listener_counts()
+        for name, value, help_text in [
+            ("accepts", counts.accepts, "Overlay connections accepted on tcp_port and message_stream_port."),
+            ("rejects", counts.rejects, "Overlay connections refused at max_concurrent_conns."),
+            ("oversize", counts.oversize, "Inbound messages refused for exceeding max_message_size."),
+            ("read_errors", counts.read_errors,
+             "Inbound connections that ended, broke the protocol or stalled in the middle of a message."),
+        ]:
+            yield CounterMetricFamily(f"axl_listener_{name}", help_text, value=value)
+
+    def _adapters(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("axl_adapter_requests",
+                                       "MCP and A2A requests: this bridge's calls to peers (out) and "
+                                       "peers' calls forwarded to the local services (in).",
+                                       labels=["adapter", "direction"])
+        errors = CounterMetricFamily("axl_adapter_errors",
+                                     "Those requests that got no answer from the service at the other end.",
+                                     labels=["adapter", "direction"])
+        for adapter, direction, counts in self.adapters.as_rows():
+            requests.add_metric([adapter, direction], counts.requests)
+            errors.add_metric([adapter, direction], counts.errors)
+        yield from (requests, errors)
+
     def _http(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("axl_http_requests", "Bridge HTTP requests by route and status.",
                                        labels=["route", "code"])
@@ -154,10 +182,10 @@ class NodeCollector:
         yield durations
 
 
-def build_registry(node: ObservedNode, http: HttpStats) -> CollectorRegistry:
+def build_registry(node: ObservedNode, http: HttpStats, adapters: AdapterCounts) -> CollectorRegistry:
     """A registry of this node's metrics plus the standard process metrics."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node, http))
+    registry.register(NodeCollector(node, http, adapters))
     ProcessCollector(registry=registry)
     return registry
 

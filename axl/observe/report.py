@@ -6,7 +6,10 @@ serialises them.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from axl import __version__
+from axl.adapters.counts import AdapterCounts
 from axl.identity import format_address
 from axl.node.stats import DestinationStats, PeerStats
 from axl.observe.series import Reading, resident_bytes
@@ -32,7 +35,7 @@ def reading(node: ObservedNode, now: float) -> Reading:
     )
 
 
-def snapshot(node: ObservedNode, now: float) -> dict:
+def snapshot(node: ObservedNode, adapters: AdapterCounts, now: float) -> dict:
     stats = node.stats
     links = stats.link_totals()
     peers = node.topology()["peers"]
@@ -59,6 +62,8 @@ def snapshot(node: ObservedNode, now: float) -> dict:
             "peers_up": up,
             "peers_down": len(peers) - up,
         },
+        "listener": asdict(node.listener_counts()),
+        "adapters": {f"{adapter}_{direction}": asdict(counts) for adapter, direction, counts in adapters.as_rows()},
     }
 
 

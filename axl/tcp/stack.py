@@ -46,6 +46,7 @@ class TcpStack:
         self.local_address = local_address
         self.config = config or TcpConfig()
         self.max_connections = max_connections
+        self.refused_connections = 0  # SYNs answered with RST at max_connections
         self.mss_for_remote = mss_for_remote
         self.hop_limit = hop_limit
         self.verify_checksums = verify_checksums
@@ -229,6 +230,7 @@ class TcpStack:
 
     def _accept(self, remote_address: bytes, syn: TcpSegment) -> None:
         if self.accepted_count() >= self.max_connections:
+            self.refused_connections += 1
             self._refuse(remote_address, syn)
             return
         conn = TcpConnection(syn.dst_port, remote_address, syn.src_port, self._rng.getrandbits(32),
