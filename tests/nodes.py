@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
@@ -119,11 +120,14 @@ def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "co
 
 
 async def wait_until_async(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """`wait_until` for a test whose nodes run in its own event loop: polls without blocking it."""
+    """`wait_until` for a test whose nodes run in its own event loop: polls without
+    blocking it. The predicate may be a coroutine function."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
         if result:
             return result
         await asyncio.sleep(interval)
