@@ -94,7 +94,8 @@ async def _start(node: Node, bridge: BridgeServer) -> None:
         await node.start()
     except ListenFailed as exc:
         address = exc.uri.path if exc.uri.scheme == "unix" else exc.uri.host_port
-        raise ConfigError(bind_failure(f"Listen {exc.uri}", address, exc, "another port")) from None
+        # scheme and address only: a ?password= in the URI stays out of the message
+        raise ConfigError(bind_failure(f"Listen {exc.uri.scheme}://{address}", address, exc, "another port")) from None
     host, port = node.config.bridge_addr, node.config.api_port
     try:
         await bridge.start()
