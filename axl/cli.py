@@ -152,7 +152,11 @@ def run(argv: list[str]) -> int:
         logging.getLogger("axl.bridge").info("bridge requests need the token (from %s)", token_origin)
     dispatcher = build_dispatcher(config)
     node = Node(config, identity, key_origin=key_origin, inbound_handler=dispatcher, inbox_store=inbox_store)
-    return _run_event_loop(run_daemon(node, dispatcher))
+    try:
+        return _run_event_loop(run_daemon(node, dispatcher))
+    except ConfigError as exc:
+        print(f"axl-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def _run_event_loop(main_coroutine: Coroutine[None, None, int]) -> int:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from axl.build import build_fields
 from axl.core import nodeinfo_reply_body
-from axl.identity import KeyFileError, NodeIdentity
+from axl.identity import KeyFileError, KeyFileMissing, NodeIdentity
 from axl.link.multicast import MulticastRule
 
 log = logging.getLogger("axl.config")
@@ -92,6 +92,9 @@ class NodeConfig:
         if self.private_key_path:
             try:
                 return NodeIdentity.load_pem(self.private_key_path), f"key file {self.private_key_path}"
+            except KeyFileMissing as exc:
+                raise ConfigError(f"PrivateKeyPath: {exc}; make one with: "
+                                  f"axl-node genkey {self.private_key_path}") from None
             except KeyFileError as exc:
                 raise ConfigError(f"PrivateKeyPath: {exc}") from None
         if self.private_key_hex:

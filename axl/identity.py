@@ -38,6 +38,10 @@ class KeyFileError(ValueError):
     """A private key file is missing, unreadable or not an ed25519 key."""
 
 
+class KeyFileMissing(KeyFileError):
+    """No file at the key path: a new node's usual first error, which `axl-node genkey` fixes."""
+
+
 def peer_id(key: bytes) -> str:
     """The 64-char lowercase hex that names a peer everywhere in the API."""
     return key.hex()
@@ -180,6 +184,8 @@ class NodeIdentity:
     def load_pem(cls, path: str | Path) -> "NodeIdentity":
         try:
             data = Path(path).read_bytes()
+        except FileNotFoundError as exc:
+            raise KeyFileMissing(f"cannot read key file {path}: {exc.strerror}") from None
         except OSError as exc:
             raise KeyFileError(f"cannot read key file {path}: {exc.strerror}") from None
         return cls.from_seed(_pkcs8_seed(_pem_der(data, path), path))

@@ -3,7 +3,9 @@
 The bridge client itself is ``axl.client`` (installed with the node). This
 file only turns ``--bridge URL`` / ``--testnet FILE --node I`` into a URL and
 makes every expected failure (no testnet, a node index it lacks, a node that
-stopped) end in one line that says what to do, instead of a traceback.
+stopped, a Python without the project's packages) end in one line that says
+what to do, instead of a traceback. Each example imports it before any other
+package, so that a missing one is reported by the hook below.
 """
 
 from __future__ import annotations
@@ -15,9 +17,26 @@ import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
+from types import TracebackType
 from urllib.parse import urlsplit
 
-from axl.client import DEFAULT_URL, BridgeError, BridgeUnreachable
+
+def _missing_module_in_one_line(kind: type[BaseException], error: BaseException,
+                                traceback: TracebackType | None) -> None:
+    """Run by a Python outside the project's virtualenv, an example would end
+    in `ModuleNotFoundError: No module named 'axl'`; say instead which
+    interpreter lacks what, and the command that has it."""
+    if not isinstance(error, ModuleNotFoundError):
+        sys.__excepthook__(kind, error, traceback)
+        return
+    print(f"{Path(sys.argv[0]).name}: {sys.executable} has no module {error.name!r}: run "
+          f"`.venv/bin/python {sys.argv[0]}` (after `make install`), or `. .venv/bin/activate` first",
+          file=sys.stderr)
+
+
+sys.excepthook = _missing_module_in_one_line
+
+from axl.client import DEFAULT_URL, BridgeError, BridgeUnreachable  # noqa: E402  (after the hook)
 
 DEFAULT_TESTNET_FILE = ".axl-testnet/testnet.json"
 START_HINT = "start one with `make testnet` (or axl-testnet) in another terminal"

@@ -26,8 +26,9 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
+from common import add_bridge_arguments, chosen_bridge, load_testnet, run_main  # first: see common.py
+
 from axl.client import AsyncClient
-from common import add_bridge_arguments, chosen_bridge, load_testnet, run_main
 
 log = logging.getLogger("convergecast")
 
@@ -134,7 +135,13 @@ async def run_node(bridge: AsyncClient, session: str, value: float = 1.0, timeou
 
 
 def report(result: NodeResult) -> str:
-    lines = [f"total = {result.aggregate.total:g} from {result.aggregate.count} nodes"]
+    """The root's total, or what another node sent up; then the nodes that never reported."""
+    aggregate = result.aggregate
+    nodes = f"{aggregate.count} node{'' if aggregate.count == 1 else 's'}"
+    if result.is_root:
+        lines = [f"total = {aggregate.total:g} from {nodes}"]
+    else:
+        lines = [f"sent {aggregate.total:g} ({nodes}) to parent {result.position.parent}"]
     if result.aggregate.missing:
         lines.append("missing (no aggregate in time): " + ", ".join(result.aggregate.missing))
     return "\n".join(lines)
@@ -165,13 +172,7 @@ def main() -> None:
         urls = [node["bridge"] for node in load_testnet(args.testnet)]
         print(report(run_main(run_all(urls, args.session, args.value, args.timeout, args.margin))))
         return
-    result = run_main(_run_one(chosen_bridge(args), args))
-    if result.is_root:
-        print(report(result))
-    else:
-        print(f"sent {result.aggregate.total:g} ({result.aggregate.count} nodes) to parent {result.position.parent}")
-        if result.aggregate.missing:
-            print("missing (no aggregate in time): " + ", ".join(result.aggregate.missing))
+    print(report(run_main(_run_one(chosen_bridge(args), args))))
 
 
 async def _run_one(url: str, args: argparse.Namespace) -> NodeResult:

@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from common import add_bridge_arguments, chosen_bridge, run_main, testnet_node  # first: see common.py
+
 import msgpack
 import numpy as np
 
 from axl.client import AsyncClient
-from common import add_bridge_arguments, chosen_bridge, run_main, testnet_node
 
 try:
     import torch

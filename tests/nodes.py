@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import signal
@@ -140,6 +142,28 @@ def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "co
             last_error = exc
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+
+
+async def wait_until_async(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """`wait_until` for a test whose nodes run in its own event loop: polls without
+    blocking it. The predicate may be a coroutine function."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def polls_waiting(node: BridgeHttp) -> int:
+    """Long polls (and a /ws receiver's) waiting on `node`'s empty queue: that
+    a client's request has reached the node and is waiting there."""
+    _, _, body = node.request("GET", "/metrics", timeout=10)
+    return int(metric_samples(body.decode())[("axl_recv_polls_waiting", ())])
 
 
 class Cluster:

@@ -27,12 +27,14 @@ from aiohttp.test_utils import TestServer
 from mcp.server.mcpserver import MCPServer
 
 from axl.adapters import DispatchSettings, InboundDispatcher
+from axl.adapters.counts import AdapterCounts
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.adapters.a2a_server import RouterClient, create_app
 from axl.harness import free_port
 from axl.adapters.mcp_router import McpRouter
 from axl.errors import DeliveryTimeout, PeerUnreachable
 from a2acalls import run_task
+from nodes import wait_until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -61,8 +63,7 @@ class _Server(uvicorn.Server):
 async def start_uvicorn(app, port: int) -> tuple[_Server, asyncio.Task]:
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: server.started, 15, interval=0.01, what="uvicorn started")
     return server, task
 
 
@@ -144,7 +145,7 @@ async def stack() -> AsyncIterator[Stack]:
     plain_remote = InboundDispatcher(DispatchSettings(a2a_addr="http://127.0.0.1", a2a_port=plain_server.port))
     requester = LoopbackRequester(CALLER_KEY, {REMOTE_KEY: remote, PLAIN_TEXT_KEY: plain_remote})
     bridge = web.Application()
-    add_agent_routes(bridge, requester, AgentBridgeSettings())
+    add_agent_routes(bridge, requester, AgentBridgeSettings(), AdapterCounts())
     bridge_server = TestServer(bridge, host="127.0.0.1")
     await bridge_server.start_server()
 

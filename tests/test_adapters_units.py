@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from axl.adapters.bridge import McpSessions, rewrite_agent_card
+from axl.adapters.counts import AdapterCounts, ForwardCounts
 from axl.adapters.envelopes import (
     A2aEnvelope,
     McpEnvelope,
@@ -229,6 +230,10 @@ async def test_dispatcher_posts_to_the_router_and_wraps_its_answers(fake_router)
 
         assert not (await dispatcher.dispatch(key, b'{"a2a":true}')).handled
         assert not (await dispatcher.dispatch(key, b"hello")).handled
+        # Four forwarded (the notification too); the router's refusal and its
+        # unreadable answer are errors, the A2A envelope and "hello" not ours.
+        assert dispatcher.counts.mcp_in == ForwardCounts(requests=4, errors=2)
+        assert dispatcher.counts.a2a_in == ForwardCounts()
     finally:
         await dispatcher.close()
 
@@ -244,6 +249,7 @@ async def test_dispatcher_reports_a_dead_router() -> None:
         assert json.loads(reply)["error"].startswith("failed to contact the MCP router: ")
         card = (await dispatcher.dispatch(b"\x01" * 32, b'{"a2a":true,"agent_card":true}')).reply
         assert json.loads(card)["error"].startswith("failed to contact the A2A server: ")
+        assert dispatcher.counts.mcp_in == dispatcher.counts.a2a_in == ForwardCounts(requests=1, errors=1)
     finally:
         await dispatcher.close()
 
@@ -270,7 +276,7 @@ async def test_agent_routes_refuse_a_large_body_from_its_content_length():
             raise AssertionError("nothing may be sent")
 
     app = web.Application()
-    add_agent_routes(app, NoRequests(), AgentBridgeSettings(max_message_size=1000))
+    add_agent_routes(app, NoRequests(), AgentBridgeSettings(max_message_size=1000), AdapterCounts())
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 import time
 
 import pytest
 
 from axl.client import Ack, AsyncClient, BridgeError, BridgeUnreachable, Client, Message
-from nodes import Cluster, drain, free_port, wait_until
+from nodes import Cluster, drain, free_port, polls_waiting, wait_until
 
 LIMIT = 64 << 10
 
@@ -219,6 +220,12 @@ def test_a_blocking_stream_to_no_node_is_bridge_unreachable():
     assert not [t for t in threading.enumerate() if t.name == "axl-client-stream"]
 
 
+def blocked_in_a_wait(thread: threading.Thread) -> bool:
+    """`thread` is blocked in a threading wait (a lock, a condition, a future's result)."""
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__
+
+
 def test_closing_a_blocking_stream_ends_a_wait_for_messages_in_another_thread(pair):
     _, b = pair
     drain(b)
@@ -234,7 +241,7 @@ def test_closing_a_blocking_stream_ends_a_wait_for_messages_in_another_thread(pa
 
         consumer = threading.Thread(target=consume)
         consumer.start()
-        time.sleep(0.3)
+        wait_until(lambda: blocked_in_a_wait(consumer), 10, interval=0.02, what="the consumer waiting")
         assert not ended.is_set()
         stream.close()
         consumer.join(10)
@@ -414,7 +421,7 @@ def test_close_from_another_thread_ends_a_call_under_way(pair):
 
         polling = threading.Thread(target=poll)
         polling.start()
-        time.sleep(0.5)
+        wait_until(lambda: polls_waiting(b) == 1, 10, what="the recv(wait=8) waiting on b")
         started = time.monotonic()
         receiver.close()
         polling.join(5)

@@ -1,13 +1,16 @@
 import json
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from axl.build import build_fields
 from axl.config import AdminAddress, ConfigError, config_from_dict, load_config, parse_admin_listen
+from axl.harness import free_port
 
 
 def write(tmp_path, data, name="c.json"):
@@ -192,6 +195,39 @@ def test_nodeinfo_gets_the_build_fields_without_privacy():
 def test_cli_missing_config_file(tmp_path):
     result = run_cli("--config", str(tmp_path / "absent.json"))
     assert result.returncode == 2 and "cannot read config file" in result.stderr
+
+
+def test_a_missing_key_file_says_how_to_make_one(tmp_path):
+    write(tmp_path, {"PrivateKeyPath": "k.pem"})
+    result = run_cli("--config", "c.json", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == ("axl-node: PrivateKeyPath: cannot read key file k.pem: No such file or directory; "
+                             "make one with: axl-node genkey k.pem\n")
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port something else listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("api_port", "api_port {port}: 127.0.0.1:{port} is already in use (another axl-node?); "
+                 "stop what holds it or choose another api_port"),
+    ("Listen", "Listen tls://127.0.0.1:{port}: 127.0.0.1:{port} is already in use (another axl-node?); "
+               "stop what holds it or choose another port"),
+])
+def test_a_port_in_use_is_named_in_one_line(tmp_path, taken_port, setting, expected):
+    config = ({"api_port": taken_port} if setting == "api_port"
+              else {"api_port": free_port(), "Listen": [f"tls://127.0.0.1:{taken_port}"]})
+    write(tmp_path, config)
+    result = run_cli("--config", "c.json", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == "axl-node: " + expected.format(port=taken_port)
+    assert "Traceback" not in result.stderr and "ERROR" not in result.stderr
 
 
 def test_genkey_writes_a_loadable_key_and_refuses_overwrite(tmp_path):

@@ -1,21 +1,26 @@
-"""The dashboard page in a real browser (headless Chromium) against three real nodes.
+"""The dashboard page in a real browser (headless Chromium) against real nodes.
 
 Chromium renders /dashboard/ of the hub node a, whose peers are b and c;
 the test reads the DOM the page's script built (the node's key, its two
-peerings, the graph, a chart with traffic in it) and saves a screenshot.
+peerings, the graph, a chart with traffic in it, the MCP/A2A and listener
+counts) and saves a screenshot. Then a lone node, and the hub of twenty:
+every node drawn in both layouts, and the key-prefix filter.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from nodes import Cluster, NodeProcess, wait_until
+from nodes import Cluster, NodeProcess, lone_node, wait_until, wait_until_async
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="chromium is not installed (apt-get install chromium)")
@@ -37,6 +42,8 @@ class DomReader(HTMLParser):
         self.text: dict[str, str] = {}
         self.peer_rows: list[dict] = []
         self.graph_keys: set[str] = set()
+        self.graph_classes: dict[str, set[str]] = {}
+        self.rows: dict[str, int] = {}
         self.polylines: dict[str, int] = {}
         self._open: list[tuple[str, str | None]] = []
 
@@ -49,6 +56,9 @@ class DomReader(HTMLParser):
             self.peer_rows.append(attributes)
         if tag == "g" and "data-key" in attributes and "graph" in ids:
             self.graph_keys.add(attributes["data-key"])
+            self.graph_classes[attributes["data-key"]] = set(attributes.get("class", "").split())
+        if tag in ("tr", "dt") and ids:
+            self.rows[ids[-1]] = self.rows.get(ids[-1], 0) + 1
         if tag == "polyline" and ids:
             self.polylines[ids[-1]] = self.polylines.get(ids[-1], 0) + 1
         if tag not in ("circle", "line", "polyline", "meta", "link", "br", "input", "img"):
@@ -113,9 +123,139 @@ def test_dashboard_renders_identity_peers_graph_and_traffic(trio, tmp_path: Path
     assert int(chart["data-points"]) >= 2 and float(chart["data-max"]) > 0
     assert dom.polylines.get("chart-messages") == 2
     assert float(dom.by_id["chart-bytes"]["data-max"]) > 0
+    assert dom.rows["adapters"] == 3 and dom.rows["listener"] == 4  # a header row and MCP, A2A
 
     screenshot = tmp_path / "dashboard.png"
     result = chromium(url, tmp_path / "profile", f"--screenshot={screenshot}")
     assert screenshot.exists(), result.stderr[-2000:]
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
     print(f"screenshot: {screenshot}")
+
+
+def rendered(url: str, profile: Path) -> DomReader:
+    result = chromium(url, profile, "--dump-dom")
+    assert 'id="graph"' in result.stdout, result.stderr[-2000:]
+    dom = DomReader()
+    dom.feed(result.stdout)
+    return dom
+
+
+@pytest.mark.parametrize("layout", ["tree", "force"])
+def test_a_lone_node_draws_itself(tmp_path: Path, layout: str) -> None:
+    with lone_node(tmp_path) as node:
+        dom = rendered(f"{node.url}/dashboard/?live=0&layout={layout}", tmp_path / "profile")
+    assert dom.graph_keys == {node.peer_id}
+    assert {"self", "root"} <= dom.graph_classes[node.peer_id]
+    assert dom.by_id["graph"]["data-layout"] == layout
+    assert dom.text["graph-stats"].startswith("1 node known · 0 direct peers")
+
+
+@pytest.fixture(scope="module")
+def hub_of_twenty(tmp_path_factory) -> tuple[NodeProcess, list[NodeProcess]]:
+    cluster = Cluster(tmp_path_factory.mktemp("twenty"))
+    hub = cluster.add("hub")
+    spokes = [cluster.add(f"spoke{i}", listen=False, peers=[hub]) for i in range(19)]
+    try:
+        hub.start()
+        with ThreadPoolExecutor(4) as starting:  # each start waits for its bridge: wait for several at once
+            list(starting.map(NodeProcess.start, spokes))
+        wait_until(lambda: hub.get_json("/health")["peers_up"] == 19, 60, what="19 peerings at the hub")
+        yield hub, spokes
+    finally:
+        cluster.stop_all()
+
+
+@pytest.mark.parametrize("layout", ["tree", "force"])
+def test_the_hub_of_twenty_draws_every_node_and_filters_by_key_prefix(hub_of_twenty, tmp_path: Path,
+                                                                        layout: str) -> None:
+    hub, spokes = hub_of_twenty
+    everyone = {hub.peer_id} | {spoke.peer_id for spoke in spokes}
+    wait_until(lambda: {e["public_key"] for e in hub.get_json("/topology")["tree"]} == everyone, 30,
+               what="the hub's tree holding all twenty")
+    prefix = spokes[0].peer_id[:6]
+    dom = rendered(f"{hub.url}/dashboard/?live=0&layout={layout}&filter={prefix}", tmp_path / "profile")
+    assert dom.graph_keys == everyone and dom.by_id["graph"]["data-nodes"] == "20"
+    matching = {key for key in everyone if key.startswith(prefix)}
+    assert {key for key, classes in dom.graph_classes.items() if "match" in classes} == matching
+    assert {key for key, classes in dom.graph_classes.items() if "dim" in classes} == everyone - matching
+    assert "peer" in dom.graph_classes[spokes[0].peer_id]
+    assert "20 nodes known · 19 direct peers" in dom.text["graph-stats"]
+    assert f"{len(matching)} match" in dom.text["graph-stats"]
+    screenshot = tmp_path / f"hub-of-twenty-{layout}.png"
+    chromium(f"{hub.url}/dashboard/?live=0&layout={layout}", tmp_path / "profile", f"--screenshot={screenshot}")
+    assert screenshot.exists()
+    print(f"screenshot: {screenshot}")
+
+
+class DevToolsPage:
+    """One page in headless Chromium, driven over the DevTools protocol on loopback:
+    what a person does (clicks, typing) as script run in the page."""
+
+    def __init__(self, process: subprocess.Popen, http: aiohttp.ClientSession,
+                 socket: aiohttp.ClientWebSocketResponse) -> None:
+        self.process, self.http, self.socket = process, http, socket
+        self.calls = 0
+
+    @classmethod
+    async def open(cls, url: str, profile: Path) -> "DevToolsPage":
+        sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []
+        process = subprocess.Popen([BROWSER, *QUIET_FLAGS, *sandbox, f"--user-data-dir={profile}",
+                                    "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", url],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = profile / "DevToolsActivePort"
+        await wait_until_async(lambda: port_file.exists() and port_file.read_text().strip(), 30,
+                               what="Chromium's DevTools port")
+        port = int(port_file.read_text().split()[0])
+        http = aiohttp.ClientSession()
+        async with http.get(f"http://127.0.0.1:{port}/json/list") as answer:
+            [target] = [t for t in await answer.json() if t["type"] == "page"]
+        return cls(process, http, await http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0))
+
+    async def evaluate(self, expression: str):
+        self.calls += 1
+        await self.socket.send_json({"id": self.calls, "method": "Runtime.evaluate",
+                                     "params": {"expression": expression, "returnByValue": True}})
+        while (reply := await asyncio.wait_for(self.socket.receive_json(), BROWSER_TIMEOUT)).get("id") != self.calls:
+            pass
+        assert "exceptionDetails" not in reply["result"], reply
+        return reply["result"]["result"].get("value")
+
+    async def until(self, expression: str, what: str) -> None:
+        await wait_until_async(lambda: self.evaluate(expression), 30, interval=0.1, what=what)
+
+    async def close(self) -> None:
+        await self.socket.close()
+        await self.http.close()
+        self.process.terminate()
+        self.process.wait(10)
+
+
+DRAWN = "document.querySelectorAll('#graph g.node').length"
+STATS = "document.getElementById('graph-stats').textContent"
+
+
+async def test_freeze_holds_the_drawing_while_the_network_changes(hub_of_twenty, tmp_path: Path) -> None:
+    hub, spokes = hub_of_twenty
+    leaving = spokes[-1]
+    page = await DevToolsPage.open(f"{hub.url}/dashboard/", tmp_path / "profile")
+    try:
+        await page.until(f"{DRAWN} === 20 && document.getElementById('live').textContent === 'live'",
+                         "twenty nodes drawn and the event stream live")
+        await page.evaluate("document.getElementById('freeze').click()")
+        assert await page.evaluate("document.getElementById('freeze').getAttribute('aria-pressed')") == "true"
+        await asyncio.to_thread(leaving.stop)
+        await page.until(f"{STATS}.includes('newer topology held back')", "the new topology held back")
+        assert await page.evaluate(DRAWN) == 20
+        await page.evaluate("document.getElementById('layout-force').click()")
+        assert await page.evaluate("document.getElementById('graph').dataset.layout") == "force"
+        assert await page.evaluate(DRAWN) == 20
+        await page.evaluate("document.getElementById('freeze').click()")
+        assert await page.evaluate(DRAWN) == 19
+        filter_by = spokes[0].peer_id[:8]
+        await page.evaluate(f"const box = document.getElementById('key-filter'); box.value = '{filter_by.upper()}';"
+                            " box.dispatchEvent(new Event('input'))")
+        assert await page.evaluate("[...document.querySelectorAll('#graph g.match')].map(g => g.dataset.key)") == [
+            spokes[0].peer_id]
+    finally:
+        await page.close()
+        await asyncio.to_thread(leaving.start)

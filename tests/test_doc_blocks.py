@@ -8,6 +8,11 @@ first, as a reader would have it. Each scenario runs in one bash process in a
 fresh network namespace, so the documents' fixed ports (9001, 9002, ...) are
 free and nothing leaves it; its PID namespace ends every process the blocks
 started in the background when the script ends.
+
+Every scenario's folder has a `.venv` (the virtualenv running this test), as
+a checkout after `make install` has. Most documents ask for it to be active;
+a scenario with ``fresh_shell`` runs as a new terminal would, without it on
+PATH, so its blocks must name `.venv/bin/...` themselves.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ axl-testnet --run configs/node1.json configs/node2.json configs/node3.json >run3
 until [ "$(curl -s localhost:9002/topology | python3 -c 'import json,sys; print(sum(p["up"] for p in json.load(sys.stdin)["peers"]))' 2>/dev/null)" = 2 ]; do sleep 0.3; done
 """
 TESTNET = """
-axl-testnet -n 5 >testnet.log 2>&1 &
+.venv/bin/axl-testnet -n 5 >testnet.log 2>&1 &
 until grep -q "Ctrl-C stops all nodes" testnet.log; do sleep 0.5; done
 """
 
@@ -55,6 +60,7 @@ class Scenario:
     blocks: tuple[int, ...]
     setup: str
     expect: tuple[str, ...]
+    fresh_shell: bool = False
 
 
 SCENARIOS = [
@@ -63,7 +69,8 @@ SCENARIOS = [
     Scenario("docs/operations.md", (1, 2), RUN3, ('{"peers": []}', '"up": true', '"our_public_key"',
                                                 "this bridge needs 'Authorization: Bearer <token>'",
                                                 "'uri': 'tls://127.0.0.1:9001'")),
-    Scenario("README.md", (1,), TESTNET, ("total = 5 from 5 nodes", "MB/s", "delivery ratio         1.0000")),
+    Scenario("README.md", (1,), TESTNET, ("total = 5 from 5 nodes", "MB/s", "delivery ratio         1.0000"),
+             fresh_shell=True),
     Scenario("examples/mcp/README.md", (0, 1, 2, 3), "", ("node B is ", '"name":"get_forecast"', "Lyon")),
     Scenario("examples/a2a/README.md", (0, 1, 2, 3, 4), "", ('"skills"', "TASK_STATE_COMPLETED", "Lyon")),
 ]
@@ -112,12 +119,26 @@ def scenario_script(scenario: Scenario) -> str:
     return "\n".join(parts)
 
 
+def shell_environment(fresh: bool) -> dict[str, str]:
+    """This process's environment with the virtualenv's tools first on PATH,
+    or, for a fresh shell, without them and without VIRTUAL_ENV. PYTHONPATH
+    stays: it says which checkout is under test, as CI sets it."""
+    venv_bin = Path(sys.executable).parent
+    if not fresh:
+        return {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    path = [entry for entry in os.environ["PATH"].split(os.pathsep)
+            if entry and Path(entry).resolve() != venv_bin.resolve()]
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
+    return {**env, "PATH": os.pathsep.join(path)}
+
+
 @pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: f"{s.doc}:{','.join(map(str, s.blocks))}")
 def test_document_blocks_run_as_written(tmp_path, scenario):
     (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / ".venv").symlink_to(sys.prefix)
     shutil.copytree(REPO / "configs", tmp_path / "configs", ignore=shutil.ignore_patterns("keys"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = shell_environment(scenario.fresh_shell)
     result = subprocess.run(["unshare", "-rnpf", "bash", "-c", scenario_script(scenario)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=SCENARIO_TIMEOUT)
     output = result.stdout + result.stderr

@@ -21,7 +21,7 @@ from a2a.helpers import get_artifact_text, new_text_message
 from a2a.types import Role, SendMessageRequest, TaskState
 
 from axl.client import AsyncClient, Client, RpcError
-from nodes import Cluster, free_port, wait_until
+from nodes import Cluster, free_port, metric_samples, wait_until
 
 MCP_SERVER = """
 import sys, uvicorn
@@ -190,3 +190,27 @@ async def test_async_client_talks_to_the_remote_a2a_agent(net):
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     artifact = json.loads(task["artifacts"][0]["parts"][0]["text"])
     assert artifact["result"]["content"][0]["text"] == "3"
+
+
+def adapter_samples(node) -> dict[tuple[str, str, str], float]:
+    """axl_adapter_{requests,errors}_total as {(kind, adapter, direction): count}."""
+    _, _, body = node.request("GET", "/metrics", timeout=10)
+    return {(name.removeprefix("axl_adapter_").removesuffix("_total"), dict(labels)["adapter"],
+             dict(labels)["direction"]): value
+            for (name, labels), value in metric_samples(body.decode()).items()
+            if name in ("axl_adapter_requests_total", "axl_adapter_errors_total")}
+
+
+def test_adapter_requests_and_errors_are_counted_at_both_ends(net):
+    caller, remote = net["caller"], net["remote"]
+    before = {node.name: adapter_samples(node) for node in (caller, remote)}
+    assert "result" in rpc(net, "weather-stateless", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json()
+    assert "error" in rpc(net, "nope", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).json()
+    assert httpx.get(f"{caller.url}/a2a/{remote.peer_id}", timeout=40).status_code == 200
+
+    def changes(node) -> dict[tuple[str, str, str], float]:
+        after = adapter_samples(node)
+        return {key: value - before[node.name][key] for key, value in after.items() if value != before[node.name][key]}
+
+    assert changes(caller) == {("requests", "mcp", "out"): 2, ("errors", "mcp", "out"): 1, ("requests", "a2a", "out"): 1}
+    assert changes(remote) == {("requests", "mcp", "in"): 2, ("errors", "mcp", "in"): 1, ("requests", "a2a", "in"): 1}

@@ -6,14 +6,18 @@ a: counters must move on all three, by the amounts the traffic implies.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import secrets
 import time
 
+import aiohttp
 import pytest
 
 from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_INFOS_PER_PEER, MAX_READ_AHEAD,
                          STREAM_WINDOW, WS_MAX_MESSAGE)
+from axl.node.stats import MAX_UNANSWERED
 from nodes import Cluster, NodeProcess, metric_samples, wait_until
 
 UNKNOWN_PEER = "cd" * 32
@@ -93,6 +97,35 @@ def test_counters_move_with_relayed_traffic(trio) -> None:
     assert value(after["a"], "axl_link_rtt_seconds", peer=b.peer_id) > 0
     assert value(after["a"], "process_resident_memory_bytes") > 0
     assert value(after["a"], "process_open_fds") > 0
+
+
+async def send_over_ws(node: NodeProcess, keys: list[bytes], payload: bytes) -> list[int]:
+    """One /ws frame to each key at once; the statuses of their acks."""
+    async with aiohttp.ClientSession() as session, session.ws_connect(node.url + "/ws") as ws:
+        for key in keys:
+            await ws.send_bytes(key + payload)
+        acks = [json.loads(await asyncio.wait_for(ws.receive_str(), 60)) for _ in keys]
+    return [ack["status"] for ack in acks]
+
+
+def test_sending_to_many_made_up_ids_keeps_the_metrics_bounded(trio) -> None:
+    """Ids that never answered get a small table of their own: 300 of them
+    leave at most MAX_UNANSWERED failure series and keep the node that did
+    answer, which a single LRU of 256 would have pushed out."""
+    _, b, c = trio
+    assert b.send(c.peer_id, b"answered")[0] == 200
+    assert c.recv(5)[2] == b"answered"
+    made_up = [secrets.token_bytes(32) for _ in range(300)]
+    assert asyncio.run(send_over_ws(b, made_up, b"anyone?")) == [502] * len(made_up)
+    after = scrape(b)
+    failing = {dict(labels)["peer"] for name, labels in after if name == "axl_destination_failures_total"}
+    made_up_ids = {key.hex() for key in made_up}
+    assert len(failing & made_up_ids) == MAX_UNANSWERED
+    assert failing - made_up_ids <= {c.peer_id}  # its warm-up may have failed before the path was found
+    assert value(after, "axl_destination_messages_total", peer=c.peer_id, direction="out") >= 1
+    rows = b.get_json("/dashboard/api/peers")["destinations"]
+    assert c.peer_id in {row["public_key"] for row in rows}
+    assert len(rows) <= MAX_UNANSWERED + 2
 
 
 def test_recv_queue_gauges_follow_the_queue(trio) -> None:

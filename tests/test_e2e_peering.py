@@ -2,17 +2,20 @@
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from axl.daemon import stop_signals
-from nodes import Cluster, NodeProcess, up_peers, wait_until
+from nodes import Cluster, NodeProcess, polls_waiting, up_peers, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,26 +70,58 @@ def test_configs_peer_go_down_and_come_back(configs_cluster):
     print(f"peering up in {up_time:.2f}s, back after restart in {time.monotonic() - restarted:.2f}s")
 
 
+@contextmanager
+def hangup_disposition(handler: signal.Handlers) -> Iterator[None]:
+    """What SIGHUP does in a node started inside: a child inherits its parent's
+    disposition, and `nohup` starts the whole test run ignoring the signal."""
+    previous = signal.signal(signal.SIGHUP, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_stop_signal_stops_cleanly_within_two_seconds(tmp_path, sig):
     cluster = Cluster(tmp_path)
     node = cluster.add("solo")
-    node.start()
+    with hangup_disposition(signal.SIG_DFL):
+        node.start()
     started = time.monotonic()
     assert node.stop(sig) == 0
     assert time.monotonic() - started < 2.5
     log = node.log_path.read_text()
     assert node.peer_id in log and "bridge listening" in log and "Traceback" not in log
-    assert "stopping" in log and "stopped" in log
+    assert f"stopping on {sig.name}" in log and "stopped" in log
 
 
-def test_sighup_stays_ignored_under_nohup():
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
+def test_a_hangup_signal_stays_ignored_under_nohup(tmp_path):
+    node = Cluster(tmp_path).add("solo")
+    with hangup_disposition(signal.SIG_IGN):
+        node.start()
+    node.process.send_signal(signal.SIGHUP)
+    assert node.stop(signal.SIGTERM) == 0
+    log = node.log_path.read_text()
+    assert "stopping on SIGTERM" in log and "SIGHUP" not in log
+
+
+def test_stop_signals_follow_the_inherited_hangup_disposition():
+    with hangup_disposition(signal.SIG_IGN):
         assert signal.SIGHUP not in stop_signals()
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-    assert signal.SIGHUP in stop_signals()
+    with hangup_disposition(signal.SIG_DFL):
+        assert signal.SIGHUP in stop_signals()
+
+
+def test_the_signal_tests_pass_under_nohup(tmp_path):
+    """`nohup make test` starts the suite ignoring SIGHUP: these tests must not assume otherwise."""
+    nohup = shutil.which("nohup")
+    if nohup is None:
+        pytest.skip("nohup is not installed")
+    run = subprocess.run([nohup, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          __file__, "-k", "stop_signal or hangup"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "4 passed" in run.stdout
 
 
 async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):
@@ -99,7 +134,7 @@ async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):
         reader, writer = await asyncio.open_connection("127.0.0.1", node.api_port)
         writer.write(b"GET /recv?wait=30 HTTP/1.1\r\nHost: node\r\n\r\n")
         await writer.drain()
-        await asyncio.sleep(0.3)  # the node reads the request and waits for a message
+        await asyncio.to_thread(wait_until, lambda: polls_waiting(node) == 1, 10, what="the long poll waiting")
         started = time.monotonic()
         assert await asyncio.to_thread(node.stop) == 0
         assert time.monotonic() - started < 2.5

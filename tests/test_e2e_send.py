@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nodes import Cluster, wait_until
+from nodes import Cluster, polls_waiting, wait_until
 
 
 def lowest_root_everywhere(nodes) -> bool:
@@ -107,7 +107,7 @@ def test_long_poll_returns_when_a_message_arrives(line4):
 
     thread = threading.Thread(target=poll)
     thread.start()
-    time.sleep(0.5)
+    wait_until(lambda: polls_waiting(d) == 1, 10, what="the long poll waiting on d")
     assert a.send(d.peer_id, b"wake up")[0] == 200
     thread.join(20)
     assert result["response"][0] == 200 and result["response"][2] == b"wake up"

@@ -58,6 +58,20 @@ def test_a_destination_node_the_testnet_lacks_is_named(tmp_path):
     assert one_line_failure(result).endswith("has 2 nodes (0-1); there is no node 7")
 
 
+@pytest.mark.parametrize("script", [*(args[0] for args in SCRIPTS.values()),
+                                    EXAMPLES / "gossipsub" / "gossip_driver.py",
+                                    EXAMPLES / "gossipsub" / "gossip_sim.py",
+                                    EXAMPLES / "mcp" / "weather_server.py"], ids=lambda path: path.name)
+def test_a_python_without_the_projects_packages_says_what_to_run(script):
+    """-S -E: no site-packages and no PYTHONPATH, as a system Python outside the virtualenv."""
+    relative = script.relative_to(EXAMPLES.parent)
+    result = subprocess.run([sys.executable, "-S", "-E", str(relative)], cwd=EXAMPLES.parent,
+                            capture_output=True, text=True, timeout=60)
+    assert one_line_failure(result) == (
+        f"{script.name}: {sys.executable} has no module 'axl': run `.venv/bin/python {relative}` "
+        f"(after `make install`), or `. .venv/bin/activate` first")
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_stale_testnet_file_says_the_node_is_gone(tmp_path, name):
     port = free_port()

@@ -37,6 +37,15 @@ def test_only_this_sessions_aggregates_are_accepted():
     assert convergecast.decode(b'{"convergecast": "s1", "sum": "3", "count": 1}', "s1") is None
 
 
+def test_the_report_counts_one_node_and_many():
+    leaf = convergecast.TreePosition("b", "a", [], 1)
+    root = convergecast.TreePosition("a", "", ["b"], 0)
+    assert convergecast.report(convergecast.NodeResult(leaf, convergecast.Aggregate(1, 1))) == \
+        "sent 1 (1 node) to parent a"
+    assert convergecast.report(convergecast.NodeResult(root, convergecast.Aggregate(2, 2, ["c"]))) == \
+        "total = 2 from 2 nodes\nmissing (no aggregate in time): c"
+
+
 @pytest.fixture(scope="module", params=[FAKE_NODE, REAL_NODE])
 def testnet(request, tmp_path_factory):
     with Testnet(N_NODES, "random", tmp_path_factory.mktemp("convergecast"), degree=2, seed=3,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from axl.identity import NodeIdentity
-from nodes import Cluster, up_peers, wait_until
+from nodes import Cluster, metric_samples, up_peers, wait_until
 
 LORIS_COUNT = 20
 
@@ -202,6 +202,13 @@ def test_allowed_public_keys_refuse_strangers(tmp_path) -> None:
 
 
 
+def requests_counted(node) -> float:
+    """Bridge requests the node has finished with (answered, or given up on), scrapes aside."""
+    _, _, body = node.request("GET", "/metrics", timeout=10)
+    return sum(count for (name, labels), count in metric_samples(body.decode()).items()
+               if name == "axl_http_requests_total" and ("route", "/metrics") not in labels)
+
+
 def test_clients_that_leave_mid_body_leave_no_traceback(tmp_path) -> None:
     """Chunked bodies go to the full application; a client that closes before
     the body ends (the first one while that application is still loading)
@@ -210,10 +217,11 @@ def test_clients_that_leave_mid_body_leave_no_traceback(tmp_path) -> None:
     node.start()
     peer = b"ab" * 32
     for path in [b"/send", b"/send", b"/mcp/" + peer + b"/svc", b"/a2a/" + peer]:
+        before = requests_counted(node)
         with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
             sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + peer
                          + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\"")
-        time.sleep(0.3)
+        wait_until(lambda: requests_counted(node) > before, 10, what="the node done with the client that left")
     assert node.request("GET", "/health", timeout=10)[0] == 200
     assert node.stop() == 0
     log = node.log_path.read_text()

@@ -24,7 +24,7 @@ from axl.link.meta import encode_meta, meta_bytes_needed
 from axl.node import Node
 from axl.routing.frames import TYPE_ANNOUNCE, Announce, sig_bytes
 from axl.tcp.framing import encode_message
-from nodes import Cluster, free_port, up_peers, wait_until
+from nodes import Cluster, free_port, up_peers, wait_until, wait_until_async
 
 FLOOD_SIZE = MAX_INFOS_PER_PEER + 300
 
@@ -92,10 +92,8 @@ async def test_tree_entry_flood_is_capped_per_peer() -> None:
                 await writer.drain()
                 await asyncio.sleep(0)
         await writer.drain()
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if node.core.router.info_count() >= MAX_INFOS_PER_PEER:
-                break
+        await wait_until_async(lambda: sum(link.counters.frames_in for link in node.links.values()) >= FLOOD_SIZE,
+                               10, what="every flooded announce read")
         assert node.links, "the flooding link must stay up: valid announces are not misbehaviour"
         assert MAX_INFOS_PER_PEER <= node.core.router.info_count() <= MAX_INFOS_PER_PEER + 2
         writer.close()
@@ -198,20 +196,14 @@ async def test_a_stalled_reader_pauses_the_sender_instead_of_buffering(tmp_path:
     await sender.start()
     try:
         dest = bytes.fromhex(target.peer_id)
-        for _ in range(150):
-            if sender.links:
-                break
-            await asyncio.sleep(0.1)
+        await wait_until_async(lambda: sender.links, 15, what="the sender peered")
         envelope = encode_mcp_request("held", '{"jsonrpc":"2.0","id":1,"method":"ping"}', None)
         conn = sender.core.stack.connect(address_for_key(dest), sender.config.tcp_port,
                                          now=time.monotonic())
         conn.send(encode_message(envelope))
         sender.core.apply([], time.monotonic())
         sender._drain()
-        for _ in range(150):
-            if router.arrived:
-                break
-            await asyncio.sleep(0.1)
+        await wait_until_async(lambda: router.arrived, 15, what="the MCP request at the router")
         assert router.arrived == 1, "the MCP request must be held at the router"
         rss_before = _rss(target.process.pid)
         acknowledged = await _acknowledged_when_stalled(sender, conn, FLOOD_BYTES)

@@ -18,6 +18,7 @@ from axl.link import socks
 from axl.link.connection import LinkSettings
 from axl.link.transports import listen
 from axl.link.uri import PeerURI, URIError, parse_listen_uri, parse_peer_uri
+from nodes import wait_until_async
 
 
 def _exchange(case: str) -> dict[str, bytes]:
@@ -122,13 +123,6 @@ class _Source(asyncio.Protocol):
         self.paused = False
 
 
-async def _until(condition, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_quic_writer_waits_for_acknowledgements_instead_of_buffering() -> None:
     """A peer that stops acknowledging: aioquic holds at most about
     SEND_HIGH_WATER bytes and the link is paused; once acknowledgements flow
@@ -142,17 +136,19 @@ async def test_quic_writer_waits_for_acknowledgements_instead_of_buffering() -> 
     stream_id = source.transport._carrier._stream_id
     try:
         source.transport.write(b"hello")
-        await _until(lambda: len(received) == 5, 10)
+        await wait_until_async(lambda: len(received) == 5, 10, what="the first bytes")
         link.datagram_received = lambda data, addr: None  # the peer's acknowledgements go missing
         chunk = os.urandom(64 * 1024)
         for _ in range(128):
             source.transport.write(chunk)
-        await asyncio.sleep(1.0)
+        # The link hands aioquic more only while it holds at most SEND_HIGH_WATER.
+        await wait_until_async(lambda: link.unacknowledged(stream_id) > quic.SEND_HIGH_WATER, 10,
+                               what="aioquic holding its limit")
         assert link.unacknowledged(stream_id) <= quic.SEND_HIGH_WATER + len(chunk)
         assert source.paused
         del link.datagram_received
-        await _until(lambda: len(received) == 5 + 128 * len(chunk), 30)
-        await _until(lambda: not source.paused, 5)
+        await wait_until_async(lambda: len(received) == 5 + 128 * len(chunk), 30, what="every byte")
+        await wait_until_async(lambda: not source.paused, 5, what="the writer resumed")
     finally:
         source.transport.abort()
         listener.close()
@@ -170,7 +166,7 @@ async def test_a_ws_write_larger_than_a_message_may_be_arrives_whole() -> None:
     try:
         data = os.urandom(3 * WS_MAX_MESSAGE)
         source.transport.write(data)
-        await _until(lambda: len(received) == len(data), 10)
+        await wait_until_async(lambda: len(received) == len(data), 10, what="every byte")
         assert received == data
     finally:
         source.transport.abort()

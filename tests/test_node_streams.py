@@ -10,10 +10,12 @@ from test_node_core import SETTINGS, Pair
 
 from axl.budgets import STREAM_WINDOW
 from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
+from axl.identity import address_for_key
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
 from axl.node.streams import BODY_HOLD
 from axl.routing.frames import split_frame
 from axl.tcp.connection import TcpConfig
+from axl.tcp.framing import message_header
 
 NO_STREAMS = dataclasses.replace(SETTINGS, streams=False)
 
@@ -400,3 +402,37 @@ def test_a_message_held_by_the_application_does_not_stall_the_next_behind_the_ac
     pair.cores[0].send_message(pair.keys[1], b"o" * 70_000, pair.now)
     pair.run(0.001)
     assert len(pair.take(1, InboundMessage)) == 1, "the second message waits for the delayed ACK"
+
+
+def test_the_listener_counts_streams_taken_oversize_messages_and_stalls():
+    small = dataclasses.replace(SETTINGS, max_message_size=100, read_timeout=5.0)
+    pair = Pair((SETTINGS, small))
+    pair.run(3.0)
+    sender, counts = pair.cores[0], pair.cores[1].messages.listener
+    sender.send_message(pair.keys[1], b"fits", pair.now)
+    sender.send_message(pair.keys[1], b"x" * 1000, pair.now)
+    assert answer_all(pair) == [b"fits"]
+    assert (counts.accepts, counts.oversize, counts.read_errors) == (1, 1, 0)
+    handle = sender.open_body(pair.keys[1], 50, pair.now)
+    sender.write_body(handle, b"half")
+    sender.flush(pair.now)
+    pair.run(small.read_timeout + 1)
+    assert counts.read_errors == 1
+
+
+def test_the_listener_counts_connections_messages_over_the_limit_and_ends_mid_message():
+    small = dataclasses.replace(NO_STREAMS, max_message_size=100)
+    pair = Pair((NO_STREAMS, small))
+    pair.run(3.0)
+    sender, counts = pair.cores[0], pair.cores[1].messages.listener
+    sender.send_message(pair.keys[1], b"fits", pair.now)
+    sender.send_message(pair.keys[1], b"x" * 1000, pair.now)
+    pair.run(1.0)
+    assert answer_all(pair) == [b"fits"]
+    assert (counts.accepts, counts.oversize, counts.read_errors) == (2, 1, 0)
+    conn = sender.stack.connect(address_for_key(pair.keys[1]), SETTINGS.port, now=pair.now)
+    conn.send(message_header(50) + b"half")
+    conn.close()
+    sender.apply([], pair.now)
+    pair.run(1.0)
+    assert (counts.accepts, counts.read_errors) == (3, 1)

@@ -7,6 +7,7 @@ import logging
 
 from prometheus_client import generate_latest
 
+from axl.adapters.counts import AdapterCounts
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
 from axl.link.counters import LinkCounters
@@ -54,6 +55,20 @@ def test_destinations_are_an_lru_of_bounded_size() -> None:
     stats.message_received(bytes([9]) * 32, 10, now=3.0)
     assert list(stats.destinations) == [keys[4], keys[2], bytes([9]) * 32]
     assert stats.messages_received == 7 and stats.payload_in == 70
+
+
+def test_ids_that_never_answered_are_kept_apart_and_few() -> None:
+    stats = NodeStats(now=0.0, max_destinations=2, max_unanswered=2)
+    stats.send_finished(KEY_A, 10, 200, 0.01, now=1.0)
+    made_up = [bytes([0x80 + i]) * 32 for i in range(5)]
+    for i, key in enumerate(made_up):
+        stats.send_finished(key, 10, 502, None, now=2.0 + i)
+    assert list(stats.destinations) == [KEY_A]
+    assert list(stats.unanswered) == made_up[-2:]
+    stats.send_finished(made_up[-1], 10, 200, 0.01, now=9.0)
+    assert list(stats.destinations) == [KEY_A, made_up[-1]] and list(stats.unanswered) == made_up[-2:-1]
+    assert stats.destinations[made_up[-1]].failures == {502: 1}
+    assert [key for key, _ in stats.destination_entries()] == [made_up[-1], made_up[-2], KEY_A]
 
 
 def test_peer_totals_survive_reconnects_and_events_are_emitted() -> None:
@@ -133,7 +148,7 @@ def test_log_ring_keeps_the_newest_lines() -> None:
 
 async def test_each_node_has_its_own_registry() -> None:
     nodes = [Node(NodeConfig(), NodeIdentity.generate()) for _ in range(2)]
-    registries = [build_registry(node, HttpStats()) for node in nodes]
+    registries = [build_registry(node, HttpStats(), AdapterCounts()) for node in nodes]
     nodes[0].stats.send_finished(KEY_A, 7, 200, 0.01, now=1.0)
     nodes[0].stats.message_received(KEY_B, 3, now=1.0)
     first, second = samples(registries[0]), samples(registries[1])

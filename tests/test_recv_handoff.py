@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from axl.node.inbox import Inbox
-from nodes import drain, lone_node
+from nodes import drain, lone_node, polls_waiting, wait_until
 
 SENDER = b"\x01" * 32
 
@@ -81,10 +81,12 @@ async def test_waiting_polls_are_handed_messages_in_the_order_they_came() -> Non
     await asyncio.sleep(0)
     second = asyncio.ensure_future(inbox.get(5))
     await asyncio.sleep(0)
+    assert inbox.waiting_polls == 2
     assert put(inbox, b"m1") and put(inbox, b"m2")
     assert len(inbox) == 0 and inbox.queued_bytes == 0
     assert (await first).payload == b"m1"
     assert (await second).payload == b"m2"
+    assert inbox.waiting_polls == 0
 
 
 async def test_a_poll_whose_client_left_or_whose_time_ran_out_takes_nothing() -> None:
@@ -136,14 +138,15 @@ def send_all(node, payloads: list[bytes]) -> None:
 
 
 def abandoned_polls(node, count: int) -> None:
-    """Start `count` long polls on raw sockets, let the bridge see them, then hang up."""
+    """Start `count` long polls on raw sockets, wait until the bridge holds them, hang up,
+    and wait until it has let them go."""
     socks = [socket.create_connection(("127.0.0.1", node.api_port), timeout=5) for _ in range(count)]
     for sock in socks:
         sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
-    time.sleep(0.5)
+    wait_until(lambda: polls_waiting(node) == count, 10, what=f"{count} long polls waiting")
     for sock in socks:
         sock.close()
-    time.sleep(0.2)
+    wait_until(lambda: polls_waiting(node) == 0, 10, what="the abandoned polls let go")
 
 
 def test_closed_long_polls_take_nothing(empty) -> None:
@@ -166,13 +169,13 @@ def test_cancelled_aiohttp_request_does_not_eat_the_next_message(empty) -> None:
     async def poll_then_cancel() -> None:
         async with aiohttp.ClientSession() as session:
             poll = asyncio.ensure_future(session.get(f"{empty.url}/recv?wait=20"))
-            await asyncio.sleep(0.5)
+            await asyncio.to_thread(wait_until, lambda: polls_waiting(empty) == 1, 10, what="the poll waiting")
             poll.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await poll
 
     asyncio.run(poll_then_cancel())
-    time.sleep(0.2)
+    wait_until(lambda: polls_waiting(empty) == 0, 10, what="the cancelled poll let go")
     send_all(empty, [b"m1", b"m2"])
     assert drain(empty) == [b"m1", b"m2"]
 
@@ -235,7 +238,7 @@ def test_many_pollers_some_leaving_receive_every_message_once(empty) -> None:
     for thread in threads:
         thread.start()
     payloads = [f"m{i}".encode() for i in range(count)]
-    time.sleep(0.5)
+    wait_until(lambda: polls_waiting(empty) >= 3, 10, what="pollers waiting")
     try:
         send_all(empty, payloads)
     finally:

@@ -317,7 +317,7 @@ def test_connections_over_the_cap_are_reset() -> None:
     assert sum(v == [Connected] for v in kinds.values()) == 2
     assert sum(v == [Reset] for v in kinds.values()) == 1
     assert sum(isinstance(e, NewConnection) for e in net.events) == 2
-    assert b.accepted_count() == 2
+    assert b.accepted_count() == 2 and b.refused_over_cap == 1
 
 
 def test_syn_to_an_unreachable_peer_times_out() -> None:

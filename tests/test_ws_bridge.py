@@ -11,7 +11,7 @@ import socket
 import aiohttp
 import pytest
 
-from nodes import Cluster, drain, up_peers, wait_until
+from nodes import Cluster, drain, metric_samples, polls_waiting, up_peers, wait_until
 
 LIMIT = 64 << 10
 WAIT = 20.0
@@ -102,8 +102,15 @@ def frame(node, payload: bytes) -> bytes:
     return bytes.fromhex(node.peer_id) + payload
 
 
+def delivered_count(node) -> float:
+    """axl_messages_sent_total{status="200"}: /ws sends count there as /send's do."""
+    _, _, body = node.request("GET", "/metrics")
+    return metric_samples(body.decode()).get(("axl_messages_sent_total", (("status", "200"),)), 0.0)
+
+
 def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> None:
     a, b = clean
+    delivered_before = delivered_count(a)
 
     async def scenario() -> dict[int, dict]:
         client = await WsClient.open(a)
@@ -119,6 +126,7 @@ def test_sends_are_numbered_acknowledged_and_ordered_per_destination(clean) -> N
     assert [ack for ack in acks.values() if ack["status"] != 200 or "error" in ack] == []
     assert drain(b) == [f"m{i}".encode() for i in range(1, 20, 2)]
     assert drain(a) == [f"m{i}".encode() for i in range(0, 20, 2)]
+    assert delivered_count(a) - delivered_before == 20
 
 
 def numbered(i: int, large: int) -> bytes:
@@ -210,14 +218,12 @@ def test_undone_messages_return_to_the_front_with_their_ids(clean) -> None:
         try:
             taken = [await first.delivery() for _ in range(3)]
             await first.done(taken[0][0])
-            await asyncio.sleep(0.2)
         finally:
             await first.close()
         second = await WsClient.open(a, "?recv=1")
         try:
             again = [await second.delivery() for _ in range(3)]
             await second.done(*[message_id for message_id, _, _ in again[:1]])
-            await asyncio.sleep(0.2)
         finally:
             await second.close()
         return taken, again
@@ -304,7 +310,7 @@ def test_a_waiting_recv_poll_yields_to_a_ws_receiver(clean) -> None:
 
     async def scenario() -> tuple[int, bytes]:
         poll = asyncio.ensure_future(asyncio.to_thread(a.recv, 8))
-        await asyncio.sleep(0.5)
+        await asyncio.to_thread(wait_until, lambda: polls_waiting(a) == 1, 10, what="the long poll waiting")
         receiver = await WsClient.open(a, "?recv=1")
         try:
             assert (await asyncio.to_thread(b.send, a.peer_id, b"for the socket"))[0] == 200

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from axl.adapters.counts import AdapterCounts, ForwardCounts
 from axl.adapters.envelopes import (
     RawValue,
     encode_a2a_request,
@@ -134,12 +135,17 @@ def _json_response(body: Any, headers: dict[str, str] | None = None) -> web.Resp
     )
 
 
+class _McpFailed(Exception):
+    """No JSON-RPC response came back from the remote service; the text says why."""
+
+
 class _McpRoutes:
     """``/mcp/{peer_id}/{service}``: a remote MCP server seen through the overlay."""
 
-    def __init__(self, requester: Requester, settings: AgentBridgeSettings) -> None:
+    def __init__(self, requester: Requester, settings: AgentBridgeSettings, counts: ForwardCounts) -> None:
         self.requester = requester
         self.settings = settings
+        self.counts = counts
         self.sessions = McpSessions()
 
     async def post(self, request: web.Request) -> web.StreamResponse:
@@ -172,25 +178,34 @@ class _McpRoutes:
         self, key: bytes, service: str, request_text: str, headers: dict[str, str], request_id: Any
     ) -> dict[str, Any]:
         """The JSON-RPC answer for one request; delivery failures become -32603 errors."""
-        envelope = encode_mcp_request(service, request_text, headers)
+        try:
+            answer = await self._remote_response(key, encode_mcp_request(service, request_text, headers))
+        except _McpFailed as failure:
+            self.counts.record(failed=True)
+            return error_response(request_id, str(failure))
+        self.counts.record(failed=False)
+        return rekeyed(answer, request_id)
+
+    async def _remote_response(self, key: bytes, envelope: bytes) -> dict[str, Any]:
+        """The remote service's JSON-RPC response; _McpFailed when none came back."""
         if len(envelope) > self.settings.max_message_size:
-            return error_response(request_id, "message too large")
+            raise _McpFailed("message too large")
         try:
             reply_bytes = await self.requester.request(key, envelope, self.settings.mcp_timeout)
         except DeliveryTimeout:
-            return error_response(request_id, "timeout")
+            raise _McpFailed("timeout") from None
         except DeliveryError as exc:
-            return error_response(request_id, str(exc) or type(exc).__name__)
+            raise _McpFailed(str(exc) or type(exc).__name__) from None
         try:
             reply = parse_reply(reply_bytes)
         except DecodeError:
-            return error_response(request_id, "invalid response from peer")
+            raise _McpFailed("invalid response from peer") from None
         if reply.error:
-            return error_response(request_id, reply.error)
+            raise _McpFailed(reply.error)
         inner = reply.response.value if reply.response is not None else None
         if not is_response(inner):
-            return error_response(request_id, "peer returned no JSON-RPC response")
-        return rekeyed(inner, request_id)
+            raise _McpFailed("peer returned no JSON-RPC response")
+        return inner
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         _peer_key(request.match_info["peer_id"])
@@ -252,12 +267,22 @@ def rewrite_agent_card(card: dict[str, Any], local_url: str) -> dict[str, Any]:
 class _A2aRoutes:
     """``/a2a/{peer_id}``: a remote A2A agent seen through the overlay."""
 
-    def __init__(self, requester: Requester, settings: AgentBridgeSettings) -> None:
+    def __init__(self, requester: Requester, settings: AgentBridgeSettings, counts: ForwardCounts) -> None:
         self.requester = requester
         self.settings = settings
+        self.counts = counts
 
     async def _exchange(self, key: bytes, envelope: bytes) -> Any:
-        """The remote's decoded response; HTTP errors for every failure on the way."""
+        """The remote's decoded response; _A2aRefused for every failure on the way."""
+        try:
+            answer = await self._remote_answer(key, envelope)
+        except _A2aRefused:
+            self.counts.record(failed=True)
+            raise
+        self.counts.record(failed=False)
+        return answer
+
+    async def _remote_answer(self, key: bytes, envelope: bytes) -> Any:
         if len(envelope) > self.settings.max_message_size:
             raise _A2aRefused(413, "message too large")
         try:
@@ -302,10 +327,11 @@ class _A2aRoutes:
         return _json_response(answer)
 
 
-def add_agent_routes(app: web.Application, requester: Requester, settings: AgentBridgeSettings) -> None:
+def add_agent_routes(app: web.Application, requester: Requester, settings: AgentBridgeSettings,
+                     counts: AdapterCounts) -> None:
     """Register the ``/mcp`` and ``/a2a`` routes on the bridge application."""
-    mcp = _McpRoutes(requester, settings)
-    a2a = _A2aRoutes(requester, settings)
+    mcp = _McpRoutes(requester, settings, counts.mcp_out)
+    a2a = _A2aRoutes(requester, settings, counts.a2a_out)
     mcp_path = "/mcp/{peer_id}/{service:.+}"
     early = refuse_oversized_early(settings.max_message_size)
     app.router.add_post(mcp_path, mcp.post, expect_handler=early)

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from axl.adapters.counts import AdapterCounts
 from axl.adapters.envelopes import (
     A2aEnvelope,
     McpEnvelope,
@@ -101,8 +102,10 @@ def _failure(what: str, exc: BaseException, timeout: float) -> str:
 class InboundDispatcher:
     """Routes inbound envelopes to the MCP router and the A2A server over HTTP."""
 
-    def __init__(self, settings: DispatchSettings, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, settings: DispatchSettings, session: aiohttp.ClientSession | None = None,
+                 counts: AdapterCounts | None = None) -> None:
         self.settings = settings
+        self.counts = counts or AdapterCounts()
         self._session = session
         self._owns_session = session is None
         # Read for every inbound message: the settings' URLs are formatted on each access.
@@ -136,11 +139,15 @@ class InboundDispatcher:
         router_url, a2a_url = self.settings.router_url, self.settings.a2a_url
         envelope = classify(payload, mcp_enabled=router_url is not None, a2a_enabled=a2a_url is not None)
         if isinstance(envelope, McpEnvelope) and router_url is not None:
-            reply = await self._dispatch_mcp(router_url, from_key.hex(), envelope)
-            return DispatchResult(DispatchKind.HANDLED, reply)
+            response, error = await self._forward_mcp(router_url, from_key.hex(), envelope)
+            self.counts.mcp_in.record(error is not None)
+            if envelope.is_notification:
+                return DispatchResult(DispatchKind.HANDLED)
+            return DispatchResult(DispatchKind.HANDLED, encode_mcp_reply(envelope.service, response, error))
         if isinstance(envelope, A2aEnvelope) and a2a_url is not None:
-            reply = await self._dispatch_a2a(a2a_url, from_key.hex(), envelope)
-            return DispatchResult(DispatchKind.HANDLED, reply)
+            response, error = await self._forward_a2a(a2a_url, from_key.hex(), envelope)
+            self.counts.a2a_in.record(error is not None)
+            return DispatchResult(DispatchKind.HANDLED, encode_a2a_reply(response, error))
         return NOT_MINE
 
     def refusal(self, payload: bytes) -> bytes | None:
@@ -158,13 +165,15 @@ class InboundDispatcher:
             return encode_a2a_reply(None, "A2A is not enabled on the remote node (no a2a_addr)")
         return None
 
-    async def _dispatch_mcp(self, router_url: str, from_peer_id: str, envelope: McpEnvelope) -> bytes | None:
-        """POST the envelope to the router; a notification gets no reply frame whatever happens."""
+    async def _forward_mcp(self, router_url: str, from_peer_id: str,
+                           envelope: McpEnvelope) -> tuple[str | None, str | None]:
+        """POST the envelope to the router: (the response's JSON text, None), or
+        (None, why there is none). A notification wants no response: only
+        reaching the router counts."""
         body = (
             f'{{"service":{dumps(envelope.service)},"request":{envelope.request_text},'
             f'"from_peer_id":{dumps(from_peer_id)},"headers":{dumps(envelope.headers or {})}}}'
         )
-        failure = ""
         import aiohttp
         try:
             async with self._http().post(
@@ -175,30 +184,30 @@ class InboundDispatcher:
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = _failure("the MCP router", exc, self.settings.mcp_timeout)
             log.warning("service %s: %s", envelope.service, failure)
-            raw, status = None, 0
+            return None, failure
         if envelope.is_notification:
-            return None
-        if raw is None:
-            return encode_mcp_reply(envelope.service, None, failure)
-        return self._mcp_reply(envelope.service, raw, status)
+            return None, None
+        return self._router_answer(raw, status)
 
     @staticmethod
-    def _mcp_reply(service: str, raw: bytes, status: int) -> bytes:
-        """Turn the router's ``{"response","error"}`` answer into the reply envelope."""
+    def _router_answer(raw: bytes, status: int) -> tuple[str | None, str | None]:
+        """The router's ``{"response","error"}`` answer as (response text, error)."""
         try:
             answer = go_struct_fields(raw, {"response": object, "error": str})
         except DecodeError:
-            return encode_mcp_reply(service, None, f"failed to parse router response (HTTP {status})")
+            return None, f"failed to parse router response (HTTP {status})"
         error = answer.get("error")
         if error is not None and error.value:
-            return encode_mcp_reply(service, None, f"router error: {error.value}")
+            return None, f"router error: {error.value}"
         response = answer.get("response")
         if response is None:
-            return encode_mcp_reply(service, None, "service returned no response")
-        return encode_mcp_reply(service, response.text)
+            return None, "service returned no response"
+        return response.text, None
 
-    async def _dispatch_a2a(self, a2a_url: str, from_peer_id: str, envelope: A2aEnvelope) -> bytes:
-        """GET the card or POST the request to the A2A server; its body must be JSON."""
+    async def _forward_a2a(self, a2a_url: str, from_peer_id: str,
+                           envelope: A2aEnvelope) -> tuple[str | None, str | None]:
+        """GET the card or POST the request to the A2A server: (its JSON body's
+        text, None), or (None, why there is none)."""
         headers = {"X-From-Peer-Id": from_peer_id}
         import aiohttp
         timeout = aiohttp.ClientTimeout(total=self.settings.a2a_timeout)
@@ -219,12 +228,12 @@ class InboundDispatcher:
         except (aiohttp.ClientError, TimeoutError) as exc:
             failure = _failure("the A2A server", exc, self.settings.a2a_timeout)
             log.warning("%s", failure)
-            return encode_a2a_reply(None, failure)
+            return None, failure
         try:
             answer = parse_json(raw)
         except DecodeError:
-            return encode_a2a_reply(None, f"a2a server returned non-JSON (HTTP {status})")
-        return encode_a2a_reply(answer.text)
+            return None, f"a2a server returned non-JSON (HTTP {status})"
+        return answer.text, None
 
     @staticmethod
     def _a2a_version(envelope: A2aEnvelope) -> str | None:

@@ -159,7 +159,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
         a2a_timeout=float(config.a2a_timeout_secs),
         max_message_size=node.max_message_size,
         body_timeout=float(config.conn_read_timeout_secs),
-    ))
+    ), observatory.adapters)
     return app
 
 

@@ -8,6 +8,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from axl.adapters.counts import AdapterCounts
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
 from axl.bridge.guard import BridgeGuard
@@ -28,12 +29,12 @@ ANSWER_STOP_TIMEOUT = 2.0
 
 
 class BridgeServer:
-    def __init__(self, node: BridgeNode, config: NodeConfig) -> None:
+    def __init__(self, node: BridgeNode, config: NodeConfig, adapters: AdapterCounts) -> None:
         self.node = node
         self.config = config
         self.clients = ClientWatch()
         self.receiver = ReceiverSlot()
-        self.observatory = Observatory(node)
+        self.observatory = Observatory(node, adapters)
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
                                float(config.conn_read_timeout_secs), self._full_application,
                                self._metrics, BridgeGuard(config.bridge_token) if config.bridge_token else None)

@@ -27,12 +27,20 @@ from axl.link.transports import Listener, dial, listen
 from axl.link.uri import PeerURI, parse_listen_uri, parse_peer_uri
 from axl.tasks import start_task
 
-__all__ = ["Link", "LinkHandler", "LinkManager"]
+__all__ = ["Link", "LinkHandler", "LinkManager", "ListenFailed"]
 
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
 BACKOFF_JITTER = 0.2
 STOP_TIMEOUT = 1.0
+
+
+class ListenFailed(OSError):
+    """A `Listen` URI could not be bound; the errno is the OS's, `uri` says which entry."""
+
+    def __init__(self, uri: PeerURI, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.uri = uri
 
 
 class LinkHandler(Protocol):
@@ -128,9 +136,12 @@ class LinkManager:
     # --- listening -----------------------------------------------------------
 
     async def start(self, listen_uris: list[str | PeerURI]) -> None:
-        """Bind every listener; a bind failure raises OSError to the caller."""
+        """Bind every listener; a bind failure raises ListenFailed to the caller."""
         for uri in (_as_uri(text, parse_listen_uri) for text in listen_uris):
-            server = await listen(uri, lambda uri=uri: self._accept(uri), self._settings)
+            try:
+                server = await listen(uri, lambda uri=uri: self._accept(uri), self._settings)
+            except OSError as exc:
+                raise ListenFailed(uri, exc) from None
             self._servers.append((uri, server))
             self.log.info("listening on %s", self._bound_uri(uri, server))
 

@@ -78,6 +78,11 @@ class Inbox:
     def durable(self) -> bool:
         return self.journal is not None
 
+    @property
+    def waiting_polls(self) -> int:
+        """Long polls waiting for the next message (the queue is empty while any do)."""
+        return len(self._waiters)
+
     def session_records(self) -> list[tuple[bytes, int, SessionRecord]]:
         """The message stream sessions whose messages a durable inbox committed
         (after a restart: before it), as the stream's receiver remembers them."""

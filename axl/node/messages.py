@@ -37,6 +37,7 @@ from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnr
 from axl.identity import address_for_key, key_for_address_bytes
 from axl.node.deadlines import Deadlines
 from axl.node.events import Acknowledged, InboundMessage, MessageEvent, ReplyReceived, SendFailed
+from axl.node.stats import ListenerCounts
 from axl.node.streams import LAST_ACK_WAIT, MessageStreams
 from axl.tcp import events as tcp_events
 from axl.tcp.connection import TcpConnection
@@ -126,9 +127,10 @@ class MessageLayer:
         self._timers: Deadlines[_Stream] = Deadlines()
         # overlay address -> the full key its packets were last proven to come from
         self._senders: OrderedDict[bytes, bytes] = OrderedDict()
+        self.listener = ListenerCounts()
         stack.listen(settings.port)
         self.streams = MessageStreams(stack, settings, self._handles, self._events, self._fallback,
-                                      rng or random.SystemRandom())
+                                      rng or random.SystemRandom(), self.listener)
 
     # -- application side -----------------------------------------------
 
@@ -358,6 +360,7 @@ class MessageLayer:
     def _accept(self, conn: TcpConnection, now: float) -> None:
         stream = _InboundConnection(conn, self._peer_of(conn),
                                     decoder=MessageDecoder(self.settings.max_message_size))
+        self.listener.accepts += 1
         self._streams[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
@@ -369,6 +372,8 @@ class MessageLayer:
                 stream.finished = True
                 self._advance(stream, now)
             case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
+                if stream.decoder.partial:
+                    self.listener.read_errors += 1
                 stream.ended = True
                 self._streams.pop(stream.conn, None)
                 self._writers.pop(stream, None)
@@ -381,6 +386,7 @@ class MessageLayer:
             messages = decoder.feed(data)
         except FrameTooLarge as exc:
             log.warning("inbound message refused: %s", exc)
+            self.listener.oversize += 1
             self._abort(stream)
             return
         if messages or not decoder.partial:
@@ -418,6 +424,7 @@ class MessageLayer:
     def _close_inbound(self, stream: _InboundConnection, now: float) -> None:
         if stream.decoder.partial:
             log.warning("connection from %s ended mid-message", stream.peer_key.hex())
+            self.listener.read_errors += 1
             self._abort(stream)
             return
         stream.closing = True
@@ -427,6 +434,8 @@ class MessageLayer:
     def _inbound_expired(self, stream: _InboundConnection) -> None:
         if not stream.closing:
             log.info("inbound connection idle or stalled: closing")
+        if stream.decoder.partial:
+            self.listener.read_errors += 1
         self._abort(stream)
 
     def _abort(self, stream: _InboundConnection) -> None:

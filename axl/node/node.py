@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
@@ -31,7 +32,7 @@ from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
 from axl.node import peers
 from axl.node.core import NodeCore, ProtocolReply
 from axl.node.inbox import Inbox, InboxMessage
-from axl.node.stats import NodeStats
+from axl.node.stats import ListenerCounts, NodeStats
 from axl.node.store import InboxStore
 from axl.node.messages import (
     Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
@@ -460,6 +461,9 @@ class Node:
             BudgetUse("ws_message_bytes", "link", WS_MAX_MESSAGE, None,
                       self.link_manager.refusals["ws_message_bytes"]),
         ]
+
+    def listener_counts(self) -> ListenerCounts:
+        return replace(self.core.messages.listener, rejects=self.core.stack.refused_over_cap)
 
     def peer_list(self) -> list[dict]:
         """/topology's peers: configured ones (up or not) and inbound ones."""

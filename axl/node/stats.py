@@ -3,7 +3,10 @@
 Plain data: integers bumped on the hot path, no asyncio and no clock of its
 own (callers pass `now`, wall-clock seconds). Memory stays bounded whatever
 the traffic: remote destinations and direct peers live in LRU tables, so a
-node talking to a million keys remembers the most recent few hundred.
+node talking to a million keys remembers the most recent few hundred. Ids
+that never answered (mistyped, made up, long gone) get a small table of
+their own, so that sending to many of them neither pushes out the nodes
+that did answer nor fills /metrics.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from axl.link.counters import LinkCounters
 # large message over a slow relay path (the 60 s send timeout).
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_DESTINATIONS = 256
+MAX_UNANSWERED = 32
 MAX_PEERS = 256
 
 EventListener = Callable[[str, dict], None]
@@ -93,6 +97,30 @@ class PeerStats:
         return total
 
 
+@dataclass(slots=True)
+class ListenerCounts:
+    """What arrived on the node's application ports (tcp_port and message_stream_port):
+    connections taken and refused (at max_concurrent_conns), messages refused
+    for their size, and connections that ended, broke the protocol or stalled
+    in the middle of a message. The message layer counts; the TCP stack, which
+    refuses connections before the layer sees them, fills `rejects` when read
+    (Node.listener_counts)."""
+
+    accepts: int = 0
+    rejects: int = 0
+    oversize: int = 0
+    read_errors: int = 0
+
+
+def _remember(table: OrderedDict[bytes, DestinationStats], key: bytes, entry: DestinationStats,
+              capacity: int) -> None:
+    """Put `entry` last (most recent) in `table`, forgetting the least recent beyond `capacity`."""
+    table[key] = entry
+    table.move_to_end(key)
+    if len(table) > capacity:
+        table.popitem(last=False)
+
+
 def _add(total: LinkCounters, more: LinkCounters) -> None:
     total.bytes_in += more.bytes_in
     total.bytes_out += more.bytes_out
@@ -102,16 +130,20 @@ def _add(total: LinkCounters, more: LinkCounters) -> None:
 
 class NodeStats:
     def __init__(self, now: float, max_destinations: int = MAX_DESTINATIONS,
-                 max_peers: int = MAX_PEERS) -> None:
+                 max_peers: int = MAX_PEERS, max_unanswered: int = MAX_UNANSWERED) -> None:
         self.started_at = now
         self.max_destinations = max_destinations
+        self.max_unanswered = max_unanswered
         self.max_peers = max_peers
         self.sent_by_status: dict[int, int] = {}
         self.messages_received = 0
         self.payload_in = 0
         self.payload_out = 0
         self.ack_seconds = Histogram(ACK_BUCKETS)
+        # Remote nodes that delivered or acknowledged at least one message,
+        # and, apart, those that only ever failed; both least recent first.
         self.destinations: OrderedDict[bytes, DestinationStats] = OrderedDict()
+        self.unanswered: OrderedDict[bytes, DestinationStats] = OrderedDict()
         self.peers: OrderedDict[bytes, PeerStats] = OrderedDict()
         self.listeners: list[EventListener] = []
 
@@ -123,10 +155,11 @@ class NodeStats:
         self.sent_by_status[status] = self.sent_by_status.get(status, 0) + 1
         if dest is None:
             return
-        entry = self._destination(dest, now)
         if status != 200 or ack_seconds is None:
+            entry = self._failed_destination(dest, now)
             entry.failures[status] = entry.failures.get(status, 0) + 1
             return
+        entry = self._destination(dest, now)
         self.payload_out += size
         self.ack_seconds.observe(ack_seconds)
         entry.messages_sent += 1
@@ -142,15 +175,28 @@ class NodeStats:
         entry.bytes_received += size
 
     def _destination(self, key: bytes, now: float) -> DestinationStats:
+        """The entry of a node that answered; its failures so far come along."""
         entry = self.destinations.get(key)
         if entry is None:
-            entry = self.destinations[key] = DestinationStats()
-            if len(self.destinations) > self.max_destinations:
-                self.destinations.popitem(last=False)
+            entry = self.unanswered.pop(key, None) or DestinationStats()
+            _remember(self.destinations, key, entry, self.max_destinations)
         else:
             self.destinations.move_to_end(key)
         entry.last_seen = now
         return entry
+
+    def _failed_destination(self, key: bytes, now: float) -> DestinationStats:
+        if key in self.destinations:
+            return self._destination(key, now)
+        entry = self.unanswered.get(key) or DestinationStats()
+        _remember(self.unanswered, key, entry, self.max_unanswered)
+        entry.last_seen = now
+        return entry
+
+    def destination_entries(self) -> list[tuple[bytes, DestinationStats]]:
+        """Every remembered destination, answered or not, most recent first."""
+        entries = [*self.destinations.items(), *self.unanswered.items()]
+        return sorted(entries, key=lambda item: item[1].last_seen, reverse=True)
 
     # -- direct peerings -------------------------------------------------
 

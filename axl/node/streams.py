@@ -34,6 +34,7 @@ from axl.node.events import Acknowledged, InboundMessage, MessageEvent, SendFail
 from axl.node.msgstream import (
     STATUS_QUEUED,
     STATUS_REFUSED,
+    STATUS_TOO_LARGE,
     Ack,
     Answered,
     Hello,
@@ -45,6 +46,7 @@ from axl.node.msgstream import (
     StreamReceiver,
     StreamSender,
 )
+from axl.node.stats import ListenerCounts
 from axl.tcp import events as tcp_events
 from axl.tcp.connection import TcpConnection
 from axl.tcp.stack import TcpStack
@@ -121,8 +123,10 @@ class MessageStreams:
     """Every message stream of one node, both directions."""
 
     def __init__(self, stack: TcpStack, settings: "MessageSettings", handles: Iterator[int],
-                 events: deque[MessageEvent], fallback: Fallback, rng: random.Random) -> None:
+                 events: deque[MessageEvent], fallback: Fallback, rng: random.Random,
+                 listener: ListenerCounts) -> None:
         self.stack = stack
+        self.listener = listener
         self.settings = settings
         self.enabled = settings.streams
         self._handles = handles
@@ -439,6 +443,7 @@ class MessageStreams:
 
     def accept(self, conn: TcpConnection, peer: bytes, now: float) -> None:
         stream = _InboundStream(conn, StreamReceiver(self._sessions, peer, self.settings.max_message_size))
+        self.listener.accepts += 1
         self._by_conn[conn] = stream
         self._set_deadline(stream, now + self.settings.idle_timeout)
 
@@ -454,6 +459,8 @@ class MessageStreams:
                 stream.finished = True
                 self._advance(stream, now)
             case tcp_events.Closed() | tcp_events.Reset() | tcp_events.TimedOut():
+                if stream.partial_since is not None:
+                    self.listener.read_errors += 1
                 self._inbound_ended(stream)
 
     def _feed(self, stream: _InboundStream, data: bytes, now: float) -> None:
@@ -466,6 +473,7 @@ class MessageStreams:
                 events = receiver.feed(b"")
         except StreamError as exc:
             log.warning("message stream from %s: %s", receiver.peer.hex()[:16], exc)
+            self.listener.read_errors += 1
             self._abort_inbound(stream)
             return
         stream.queue.extend(events)
@@ -512,6 +520,8 @@ class MessageStreams:
         while stream.queue:
             event = stream.queue.popleft()
             if isinstance(event, Answered):
+                if event.status == STATUS_TOO_LARGE:
+                    self.listener.oversize += 1
                 stream.out += receiver.answer(event.seq, event.status)
                 continue
             if len(stream.in_flight) >= STREAM_WINDOW:
@@ -638,6 +648,8 @@ class MessageStreams:
                 if not owner.closing:
                     log.info("message stream from %s idle or stalled: closing",
                              owner.receiver.peer.hex()[:16])
+                if owner.partial_since is not None:
+                    self.listener.read_errors += 1
                 self._abort_inbound(owner)
 
     def abort_all(self) -> None:

@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 
 from axl import __version__
+from axl.adapters.counts import AdapterCounts
 from axl.node.stats import Histogram, NodeStats
 from axl.observe.httpstats import HttpStats
 from axl.observe.view import ObservedNode
@@ -33,9 +34,10 @@ def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
 class NodeCollector:
     """Reads the node's numbers at scrape time."""
 
-    def __init__(self, node: ObservedNode, http: HttpStats) -> None:
+    def __init__(self, node: ObservedNode, http: HttpStats, adapters: AdapterCounts) -> None:
         self.node = node
         self.http = http
+        self.adapters = adapters
 
     def describe(self) -> list[Metric]:
         return []
@@ -48,6 +50,8 @@ class NodeCollector:
         yield from self._queues()
         yield from self._budgets()
         yield from self._inbox()
+        yield from self._listener()
+        yield from self._adapters()
         yield from self._http()
 
     def _identity(self) -> Iterator[Metric]:
@@ -59,8 +63,9 @@ class NodeCollector:
                                 value=self.node.stats.started_at)
 
     def _messages(self, stats: NodeStats) -> Iterator[Metric]:
-        sent = CounterMetricFamily("axl_messages_sent", "POST /send answers, by HTTP status.",
-                                   labels=["status"])
+        sent = CounterMetricFamily("axl_messages_sent",
+                                   "Messages sent through the bridge (POST /send and /ws), by the "
+                                   "HTTP status of their answer or ack.", labels=["status"])
         for status, count in sorted(stats.sent_by_status.items()):
             sent.add_metric([str(status)], count)
         yield sent
@@ -115,14 +120,15 @@ class NodeCollector:
                                        f"(the {stats.max_destinations} most recent).",
                                        labels=["peer", "direction"])
         failures = CounterMetricFamily("axl_destination_failures",
-                                       "Failed sends to each remote node, by HTTP status.",
+                                       "Failed sends to each remote node, by HTTP status (also to "
+                                       f"the {stats.max_unanswered} most recent ids that never answered).",
                                        labels=["peer", "status"])
         for key, entry in stats.destinations.items():
-            label = key.hex()
-            messages.add_metric([label, "out"], entry.messages_sent)
-            messages.add_metric([label, "in"], entry.messages_received)
+            messages.add_metric([key.hex(), "out"], entry.messages_sent)
+            messages.add_metric([key.hex(), "in"], entry.messages_received)
+        for key, entry in [*stats.destinations.items(), *stats.unanswered.items()]:
             for status, count in sorted(entry.failures.items()):
-                failures.add_metric([label, str(status)], count)
+                failures.add_metric([key.hex(), str(status)], count)
         yield from (messages, failures)
 
     def _queues(self) -> Iterator[Metric]:
@@ -131,6 +137,9 @@ class NodeCollector:
                                 value=len(node.inbox))
         yield GaugeMetricFamily("axl_recv_queue_bytes", "Bytes waiting for GET /recv.",
                                 value=node.inbox.queued_bytes)
+        yield GaugeMetricFamily("axl_recv_polls_waiting",
+                                "GET /recv long polls (and a /ws receiver's) waiting for a message.",
+                                value=node.inbox.waiting_polls)
         yield GaugeMetricFamily("axl_link_queue_bytes",
                                 "Traffic bytes queued on peerings under back-pressure.",
                                 value=sum(link.queued_bytes for link in list(node.links.values())))
@@ -168,6 +177,30 @@ class NodeCollector:
         commits.add_metric([], _buckets(inbox.commit_seconds), inbox.commit_seconds.total)
         yield commits
 
+    def _listener(self) -> Iterator[Metric]:
+        counts = self.node.listener_counts()
+        for name, value, help_text in [
+            ("accepts", counts.accepts, "Overlay connections accepted on tcp_port and message_stream_port."),
+            ("rejects", counts.rejects, "Overlay connections refused at max_concurrent_conns."),
+            ("oversize", counts.oversize, "Inbound messages refused for exceeding max_message_size."),
+            ("read_errors", counts.read_errors,
+             "Inbound connections that ended, broke the protocol or stalled in the middle of a message."),
+        ]:
+            yield CounterMetricFamily(f"axl_listener_{name}", help_text, value=value)
+
+    def _adapters(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("axl_adapter_requests",
+                                       "MCP and A2A requests: this bridge's calls to peers (out) and "
+                                       "peers' calls forwarded to the local services (in).",
+                                       labels=["adapter", "direction"])
+        errors = CounterMetricFamily("axl_adapter_errors",
+                                     "Those requests that got no answer from the service at the other end.",
+                                     labels=["adapter", "direction"])
+        for adapter, direction, counts in self.adapters.as_rows():
+            requests.add_metric([adapter, direction], counts.requests)
+            errors.add_metric([adapter, direction], counts.errors)
+        yield from (requests, errors)
+
     def _http(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("axl_http_requests", "Bridge HTTP requests by route and status.",
                                        labels=["route", "code"])
@@ -182,10 +215,10 @@ class NodeCollector:
         yield durations
 
 
-def build_registry(node: ObservedNode, http: HttpStats) -> CollectorRegistry:
+def build_registry(node: ObservedNode, http: HttpStats, adapters: AdapterCounts) -> CollectorRegistry:
     """A registry of this node's metrics plus the standard process metrics."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node, http))
+    registry.register(NodeCollector(node, http, adapters))
     ProcessCollector(registry=registry)
     return registry
 

@@ -12,6 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from axl.adapters.counts import AdapterCounts
 from axl.observe import report
 from axl.observe.events import EventHub
 from axl.observe.httpstats import HttpStats
@@ -29,8 +30,10 @@ log = logging.getLogger("axl.observe")
 class Observatory:
     """One node's metrics registry, series, log ring and event hub."""
 
-    def __init__(self, node: ObservedNode, sample_interval: float = SAMPLE_INTERVAL) -> None:
+    def __init__(self, node: ObservedNode, adapters: AdapterCounts,
+                 sample_interval: float = SAMPLE_INTERVAL) -> None:
         self.node = node
+        self.adapters = adapters
         self.sample_interval = sample_interval
         self.http = HttpStats()
         self.registry: CollectorRegistry | None = None
@@ -63,7 +66,7 @@ class Observatory:
         scrapes need not pay."""
         from axl.observe import metrics
         if self.registry is None:
-            self.registry = metrics.build_registry(self.node, self.http)
+            self.registry = metrics.build_registry(self.node, self.http, self.adapters)
         return self.registry
 
     def _log_line(self, line: dict) -> None:

@@ -6,7 +6,10 @@ serialises them.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from axl import __version__
+from axl.adapters.counts import AdapterCounts
 from axl.identity import format_address
 from axl.node.stats import DestinationStats, Histogram, PeerStats
 from axl.observe.series import Reading, resident_bytes
@@ -37,7 +40,7 @@ def reading(node: ObservedNode, now: float) -> Reading:
     )
 
 
-def snapshot(node: ObservedNode, now: float) -> dict:
+def snapshot(node: ObservedNode, adapters: AdapterCounts, now: float) -> dict:
     stats = node.stats
     links = stats.link_totals()
     peers = node.topology()["peers"]
@@ -71,6 +74,8 @@ def snapshot(node: ObservedNode, now: float) -> dict:
             "commits": node.inbox.commit_seconds.count,
             "commit_mean_ms": _mean_ms(node.inbox.commit_seconds),
         },
+        "listener": asdict(node.listener_counts()),
+        "adapters": {f"{adapter}_{direction}": asdict(counts) for adapter, direction, counts in adapters.as_rows()},
     }
 
 
@@ -94,7 +99,7 @@ def peers(node: ObservedNode) -> dict:
             rows.append(_peering(key.hex(), "", "", False, False, peer, None, 0))
     return {
         "peerings": rows,
-        "destinations": [_destination(key, entry) for key, entry in reversed(stats.destinations.items())],
+        "destinations": [_destination(key, entry) for key, entry in stats.destination_entries()],
     }
 
 

@@ -8,7 +8,7 @@ from axl.budgets import BudgetBoard
 from axl.identity import NodeIdentity
 from axl.link.connection import Link
 from axl.node.inbox import Inbox
-from axl.node.stats import NodeStats
+from axl.node.stats import ListenerCounts, NodeStats
 
 
 class ObservedNode(Protocol):
@@ -21,3 +21,5 @@ class ObservedNode(Protocol):
     def topology(self) -> dict: ...
 
     def session_count(self) -> int: ...
+
+    def listener_counts(self) -> ListenerCounts: ...

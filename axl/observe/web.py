@@ -63,7 +63,7 @@ class ObservatoryRoutes:
         return handler
 
     async def handle_snapshot(self, _request: web.Request) -> web.Response:
-        return _json({**report.snapshot(self.node, time.time()),
+        return _json({**report.snapshot(self.node, self.observatory.adapters, time.time()),
                       "sample_interval_secs": self.observatory.sample_interval})
 
     async def handle_peers(self, _request: web.Request) -> web.Response:

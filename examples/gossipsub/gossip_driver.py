@@ -29,12 +29,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import add_bridge_arguments, chosen_bridge, run_main  # noqa: E402  (first: see common.py)
+
+import aiohttp  # noqa: E402
+
 from axl.client import AsyncClient, BridgeError  # noqa: E402
-from common import add_bridge_arguments, chosen_bridge, run_main  # noqa: E402
 from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params  # noqa: E402
 
 log = logging.getLogger("gossipsub")

@@ -24,8 +24,9 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import DEFAULT_TESTNET_FILE, load_testnet, run_main  # noqa: E402  (first: see common.py)
+
 from axl.client import AsyncClient  # noqa: E402
-from common import DEFAULT_TESTNET_FILE, load_testnet, run_main  # noqa: E402
 from gossip_driver import GossipNode, overlay_peers  # noqa: E402
 from gossip_metrics import Report, summarize  # noqa: E402
 from gossip_protocol import Params  # noqa: E402

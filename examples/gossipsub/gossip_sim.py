@@ -11,10 +11,15 @@ from __future__ import annotations
 import argparse
 import heapq
 import random
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from gossip_metrics import Report, summarize
-from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import common  # noqa: E402, F401  (first: a missing module ends in one line, see common.py)
+from gossip_metrics import Report, summarize  # noqa: E402
+from gossip_protocol import Delivery, GossipSub, MalformedRPC, Params  # noqa: E402
 
 TOPIC = "demo"
 

@@ -15,10 +15,14 @@ import contextlib
 import signal
 import socket
 import sys
+from pathlib import Path
 
-import httpx
-import uvicorn
-from mcp.server.mcpserver import MCPServer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import common  # noqa: E402, F401  (first: a missing module ends in one line, see common.py)
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+from mcp.server.mcpserver import MCPServer  # noqa: E402
 
 FORECASTS = {
     "lyon": "sunny, 24 C, light wind from the north",
