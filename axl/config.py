@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from axl.build import build_fields
-from axl.core import nodeinfo_reply_body
+from axl.datagrams import nodeinfo_reply_body
 from axl.identity import KeyFileError, KeyFileMissing, NodeIdentity
 from axl.link.multicast import MulticastRule
 

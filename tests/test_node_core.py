@@ -11,7 +11,7 @@ import pytest
 
 from axl import __version__
 from axl.build import build_fields
-from axl.core import nodeinfo_request
+from axl.datagrams import nodeinfo_request
 from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import NodeIdentity
 from axl.node.core import NAME_DELAY, NodeCore
@@ -143,7 +143,7 @@ def test_one_timer_covers_the_maintenance_tick():
 
 def test_nodeinfo_reply_names_this_build() -> None:
     core = NodeCore(NodeIdentity.from_seed(bytes([3]) * 32), SETTINGS, 0.0, rng=random.Random(3))
-    [reply] = core.core.handle(bytes(32), nodeinfo_request(), 0.0)
+    [reply] = core.datagrams.handle(bytes(32), nodeinfo_request(), 0.0)
     assert json.loads(reply.message[2:]) == {"buildname": "axl-py", "buildversion": __version__,
                                              "buildplatform": "linux", "buildarch": build_fields()["buildarch"]}
 
@@ -175,7 +175,7 @@ def test_remote_questions_get_their_answers():
     pair.run(1.0)
     reply = pair.cores[0].next_reply()
     assert (reply.key, reply.subtype, reply.payload) == (pair.keys[1], 4, pair.keys[0])
-    assert pair.cores[1].core.own_reply(nodeinfo_request()) == pair.cores[1].core._nodeinfo_reply[2:]
+    assert pair.cores[1].datagrams.own_reply(nodeinfo_request()) == pair.cores[1].datagrams._nodeinfo_reply[2:]
 
 
 def test_a_failing_router_tick_does_not_starve_the_other_layers(pair, monkeypatch, caplog):

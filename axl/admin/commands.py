@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from axl.build import BUILD_NAME, BUILD_VERSION
-from axl.core.datagrams import DEBUG_GET_PEERS_REQUEST, DEBUG_GET_SELF_REQUEST, DEBUG_GET_TREE_REQUEST
+from axl.datagrams.layer import DEBUG_GET_PEERS_REQUEST, DEBUG_GET_SELF_REQUEST, DEBUG_GET_TREE_REQUEST
 from axl.errors import PeerChangeRefused
 from axl.gojson import Raw, compact
 from axl.identity import NodeIdentity, address_for_key, format_address

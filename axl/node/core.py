@@ -1,6 +1,6 @@
 """The node core: every protocol layer of one node composed, sans-IO.
 
-    link frames <-> Router <-> SessionManager <-> Core <-> IPv6Device <-> TcpStack <-> MessageLayer
+    link frames <-> Router <-> SessionManager <-> DatagramLayer <-> IPv6Device <-> TcpStack <-> MessageLayer
 
 `NodeCore` takes events with a monotonic `now` (a link came up or went down,
 a frame arrived, the application sends or answers, the timer fired) and
@@ -27,10 +27,10 @@ from typing import Any
 from axl import routing, sessions
 from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, STREAM_WINDOW, BudgetUse
 from axl.build import build_fields
-from axl.core import (
-    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
+from axl.datagrams import (
+    IPV6_HEAD, DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
 )
-from axl.core.datagrams import CORE_MTU
+from axl.datagrams.layer import CORE_MTU
 from axl.identity import NodeIdentity, address_for_key
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
@@ -76,7 +76,7 @@ class NodeCore:
         self.links: dict[int, bytes] = {}
         self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
         self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock)
-        self.core = Core(
+        self.datagrams = DatagramLayer(
             identity, nodeinfo=nodeinfo if nodeinfo is not None else nodeinfo_reply_body({}, build_fields()),
             peer_keys=lambda: list(self.links.values()),
             tree_keys=lambda: [entry.key for entry in self.router.tree_entries()],
@@ -210,11 +210,11 @@ class NodeCore:
 
     def request_nodeinfo(self, key: bytes, now: float) -> None:
         """Ask `key` for its NodeInfo; the answer comes from `next_reply()`."""
-        self.apply(self.core.request_nodeinfo(key, now), now)
+        self.apply(self.datagrams.request_nodeinfo(key, now), now)
 
     def request_debug(self, key: bytes, subtype: int, now: float) -> None:
         """Ask `key` for its self, peers or tree; the answer comes from `next_reply()`."""
-        self.apply(self.core.request_debug(key, subtype, now), now)
+        self.apply(self.datagrams.request_debug(key, subtype, now), now)
 
     def next_reply(self) -> ProtocolReply | None:
         """The next answer to `request_nodeinfo` or `request_debug`."""
@@ -246,7 +246,7 @@ class NodeCore:
         keys). A failure is logged with its traceback when a run of them
         starts, then once every FAILURE_LOG_EVERY ticks while it lasts."""
         for name, tick in (("router", self.router.tick), ("sessions", self.sessions.tick),
-                           ("device", self.device.tick), ("core", self.core.expire),
+                           ("device", self.device.tick), ("datagrams", self.datagrams.expire),
                            ("peer names", self._ask_names_due)):
             try:
                 actions = tick(now)
@@ -267,7 +267,7 @@ class NodeCore:
     def _ask_names_due(self, now: float) -> None:
         for key in [key for key, due in self._name_due.items() if due <= now]:
             self._name_due[key] = now + NAME_RETRY
-            self.apply(self.core.request_nodeinfo(key, now), now)
+            self.apply(self.datagrams.request_nodeinfo(key, now), now)
 
     # -- the action pump ------------------------------------------------
 
@@ -344,7 +344,7 @@ class NodeCore:
         self._pending.extend(self.router.send(action.dest_key, action.packet, now))
 
     def _plaintext_received(self, action: sessions.DeliverPlaintext, now: float) -> None:
-        self._pending.extend(self.core.handle(action.source_key, action.message, now))
+        self._pending.extend(self.datagrams.handle(action.source_key, action.message, now))
 
     def _message_to_seal(self, action: SendMessage, now: float) -> None:
         self._pending.extend(self.sessions.send(action.dest_key, action.message, now))

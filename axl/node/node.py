@@ -23,7 +23,7 @@ from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPA
                          DISPATCHES_PER_PEER, LINK_QUEUE_BYTES, WS_MAX_MESSAGE, BudgetBoard, BudgetUse,
                          PeerBudget)
 from axl.config import ConfigError, NodeConfig
-from axl.core.datagrams import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
+from axl.datagrams.layer import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
 from axl.errors import DeliveryError
 from axl.identity import NodeIdentity, format_address
 from axl.link.manager import Link, LinkManager
@@ -376,14 +376,14 @@ class Node:
         """`key`'s NodeInfo as it sent it; TimeoutError without an answer.
         This node answers for itself at once (a Go node would time out)."""
         if key == self.identity.public_key:
-            return self.core.core.own_reply(nodeinfo_request())
+            return self.core.datagrams.own_reply(nodeinfo_request())
         return await self._ask(NODEINFO_REPLY, key, timeout,
                                lambda now: self.core.request_nodeinfo(key, now))
 
     async def ask_debug(self, key: bytes, subtype: int, timeout: float) -> bytes:
         """The body of `key`'s answer to debug request `subtype`."""
         if key == self.identity.public_key:
-            return self.core.core.own_reply(debug_request(subtype))
+            return self.core.datagrams.own_reply(debug_request(subtype))
         return await self._ask(debug_reply_kind(subtype), key, timeout,
                                lambda now: self.core.request_debug(key, subtype, now))
 

@@ -136,7 +136,7 @@ def _key_list(keys: list[bytes]) -> bytes:
     return b"".join(keys[:fit])
 
 
-class Core:
+class DatagramLayer:
     """Sans-IO core: classifies session plaintexts and answers protocol
     requests from the routing state it is given."""
 

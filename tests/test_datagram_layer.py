@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from axl.core import (
-    IPV6_HEAD, Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, NodeInfoTooLarge, SendMessage,
+from axl.datagrams import (
+    IPV6_HEAD, DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, NodeInfoTooLarge, SendMessage,
     debug_request, nodeinfo_reply_body, nodeinfo_request,
 )
-from axl.core.datagrams import MAX_PENDING_QUERIES, QUERY_TIMEOUT
+from axl.datagrams.layer import MAX_PENDING_QUERIES, QUERY_TIMEOUT
 from axl.identity import NodeIdentity
 from vectors import load
 
@@ -15,7 +15,7 @@ IDENT = NodeIdentity.from_seed(bytes([5]) * 32)
 
 
 def make_core(nodeinfo=None, peers=(), tree=(), entries=0):
-    return Core(IDENT, nodeinfo_reply_body(nodeinfo if nodeinfo is not None else {"name": "n"}, {}),
+    return DatagramLayer(IDENT, nodeinfo_reply_body(nodeinfo if nodeinfo is not None else {"name": "n"}, {}),
                 peer_keys=lambda: list(peers), tree_keys=lambda: list(tree),
                 routing_entries=lambda: entries)
 
@@ -79,7 +79,7 @@ def test_nodeinfo_too_large_rejected():
     with pytest.raises(NodeInfoTooLarge):
         make_core({"x": "y" * 16384})
     with pytest.raises(NodeInfoTooLarge):
-        Core(IDENT, b"x" * 16385, peer_keys=list, tree_keys=list, routing_entries=int)
+        DatagramLayer(IDENT, b"x" * 16385, peer_keys=list, tree_keys=list, routing_entries=int)
 
 
 def test_nodeinfo_body_adds_the_build_fields_over_the_configured_ones():

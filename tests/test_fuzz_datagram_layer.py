@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from axl.core import (
-    Core, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
+from axl.datagrams import (
+    DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, debug_request,
     nodeinfo_reply_body, nodeinfo_request,
 )
-from axl.core.datagrams import CORE_MTU
+from axl.datagrams.layer import CORE_MTU
 from axl.identity import ADDRESS_PREFIX, NodeIdentity, address_for_key
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.packets.ipv6 import build_packet
@@ -32,9 +32,9 @@ ME, PEER = _identity(1), _identity(2)
 MANY_KEYS = [hashlib.sha256(bytes([n])).digest() for n in range(40)] * 60
 
 
-def _core(asked: bytes) -> Core:
+def _core(asked: bytes) -> DatagramLayer:
     """A core that asked `asked` for everything, so that its replies are read too."""
-    core = Core(ME, nodeinfo_reply_body({"name": "fuzz", "list": [1, 2, 3]}, {}), peer_keys=lambda: MANY_KEYS,
+    core = DatagramLayer(ME, nodeinfo_reply_body({"name": "fuzz", "list": [1, 2, 3]}, {}), peer_keys=lambda: MANY_KEYS,
                 tree_keys=lambda: MANY_KEYS[:5], routing_entries=lambda: 7)
     core.request_nodeinfo(asked, T0)
     for subtype in (1, 3, 5):
