@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 
 from axl import __version__
-from axl.config import ConfigError, load_config
+from axl.config import ConfigError, NodeConfig, load_config
 from axl.identity import NodeIdentity
 
 EXIT_FAILURE = 1
@@ -127,13 +127,13 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(_normalise_go_flags(argv))
     configure_logging(args.log_level)
     from axl.daemon import build_dispatcher, run_daemon
+    from axl.dependencies import UnsupportedDependency, check_private_surfaces
     from axl.node import Node, validate_config
     from axl.node.store import StoreError, open_inbox
 
     try:
         config = load_config(args.config) if args.config else None
         if config is None:
-            from axl.config import NodeConfig
             config = NodeConfig()
         config.listen = list(args.listen) + config.listen
         token_origin = config.take_token_from(os.environ)
@@ -143,6 +143,11 @@ def run(argv: list[str]) -> int:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logging.getLogger("axl.node").info("%s", version_line())
+    try:
+        check_private_surfaces(quic_links=has_quic_links(config))
+    except UnsupportedDependency as exc:
+        print(f"axl-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         inbox_store = open_inbox(config, identity)
     except (ConfigError, StoreError) as exc:
@@ -157,6 +162,14 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def has_quic_links(config: NodeConfig) -> bool:
+    """Whether a configured peer or listener is quic:// (the URIs are valid by now)."""
+    from axl.link.uri import parse_listen_uri, parse_peer_uri
+
+    return (any(parse_peer_uri(uri).scheme == "quic" for uri in config.peers)
+            or any(parse_listen_uri(uri).scheme == "quic" for uri in config.listen))
 
 
 def _run_event_loop(main_coroutine: Coroutine[None, None, int]) -> int:

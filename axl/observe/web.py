@@ -137,9 +137,13 @@ def request_recorder(stats: HttpStats) -> type[AbstractAccessLogger]:
 
 def route_of(request: web.BaseRequest) -> str:
     """The route template answering `request`; unmatched for a 404 or a
-    request refused before routing. A malformed request is never routed,
-    and aiohttp's `match_info` property asserts on it, hence the attribute."""
-    match_info = getattr(request, "_match_info", None)
+    request refused before routing. A malformed request is never routed:
+    aiohttp's `match_info` then asserts (or, under -O, is None), and a bare
+    BaseRequest has none at all."""
+    try:
+        match_info = getattr(request, "match_info", None)
+    except AssertionError:
+        match_info = None
     resource = match_info.route.resource if match_info is not None else None
     return resource.canonical if resource is not None else UNMATCHED_ROUTE
 

@@ -3,6 +3,11 @@
 Ed25519 keys are converted to X25519 the way libsodium and Go's e2c do;
 packets are XSalsa20-Poly1305 boxes over a precomputed (HSalsa20) shared key,
 with the 16-byte tag in front and a nonce of 16 zero bytes and a u64be counter.
+
+Packets are boxed and opened through PyNaCl's private cffi handle on
+libsodium (nacl._sodium), which saves the copies nacl.bindings makes; a
+PyNaCl without the calls used here gets the nacl.bindings versions, which
+make the same bytes (docs/security.md, "Dependencies' private surfaces").
 """
 
 from __future__ import annotations
@@ -13,14 +18,28 @@ from dataclasses import dataclass
 from typing import Callable
 
 import nacl.bindings as sodium
-from nacl._sodium import ffi, lib
 from nacl.exceptions import CryptoError
 
 BOX_KEY_SIZE = 32
 BOX_OVERHEAD = 16
 _NONCE_PREFIX = bytes(16)
-_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
-"""C buffers for libsodium to fill: not zeroed first, as each is written whole."""
+PRIVATE_CALLS = ("ffi.new_allocator", "ffi.from_buffer", "ffi.buffer",
+                 "lib.crypto_box_easy_afternm", "lib.crypto_box_open_easy_afternm")
+"""What seal_in_place and open_in_place use of nacl._sodium."""
+
+
+def missing_private_call() -> str | None:
+    """The first of PRIVATE_CALLS this PyNaCl lacks (with its module), or
+    None: PyNaCl documents nacl.bindings only, so any release may drop these."""
+    try:
+        import nacl._sodium as binding
+    except ImportError:
+        return "nacl._sodium"
+    for call in PRIVATE_CALLS:
+        owner, name = call.split(".")
+        if not hasattr(getattr(binding, owner, None), name):
+            return f"nacl._sodium.{call}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -69,8 +88,8 @@ def box_nonce(counter: int) -> bytes:
     return _NONCE_PREFIX + struct.pack("!Q", counter)
 
 
-def seal(message: bytes | memoryview, counter: int, key: bytes, header: bytes = b"",
-         prefix: bytes = b"") -> memoryview:
+def seal_in_place(message: bytes | memoryview, counter: int, key: bytes, header: bytes = b"",
+                  prefix: bytes = b"") -> memoryview:
     """`header` followed by the box of `prefix` + `message`, as a read-only
     view of the buffer it was encrypted in (nothing else holds that buffer;
     the router copies it once, into the link frame).
@@ -94,8 +113,8 @@ def seal(message: bytes | memoryview, counter: int, key: bytes, header: bytes = 
     return memoryview(buffer).toreadonly()
 
 
-def open_parts(boxed: bytes | memoryview, counter: int, key: bytes,
-               head: int) -> tuple[bytes, memoryview] | None:
+def open_in_place(boxed: bytes | memoryview, counter: int, key: bytes,
+                  head: int) -> tuple[bytes, memoryview] | None:
     """The plaintext split after `head` bytes (the first part shorter if the
     plaintext is), or None if the tag does not verify.
 
@@ -114,6 +133,38 @@ def open_parts(boxed: bytes | memoryview, counter: int, key: bytes,
         return None
     view = memoryview(ffi.buffer(plain)).toreadonly()
     return bytes(view[:head]), view[head:]
+
+
+def seal_by_bindings(message: bytes | memoryview, counter: int, key: bytes, header: bytes = b"",
+                     prefix: bytes = b"") -> memoryview:
+    """seal_in_place's bytes through nacl.bindings: the same box, with
+    PyNaCl's copies of the message and of the box."""
+    box = sodium.crypto_box_easy_afternm(prefix + bytes(message), box_nonce(counter), key)
+    return memoryview(header + box).toreadonly()
+
+
+def open_by_bindings(boxed: bytes | memoryview, counter: int, key: bytes,
+                     head: int) -> tuple[bytes, memoryview] | None:
+    """open_in_place's answer through nacl.bindings, which copies the box first."""
+    if len(boxed) < BOX_OVERHEAD:
+        return None
+    try:
+        plain = sodium.crypto_box_open_easy_afternm(bytes(boxed), box_nonce(counter), key)
+    except CryptoError:
+        return None
+    view = memoryview(plain)
+    return bytes(view[:head]), view[head:]
+
+
+MISSING_PRIVATE_CALL = missing_private_call()
+if MISSING_PRIVATE_CALL is None:
+    from nacl._sodium import ffi, lib
+
+    _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+    """C buffers for libsodium to fill: not zeroed first, as each is written whole."""
+    seal, open_parts = seal_in_place, open_in_place
+else:
+    seal, open_parts = seal_by_bindings, open_by_bindings
 
 
 def open_box(boxed: bytes | memoryview, counter: int, key: bytes) -> bytes | None:

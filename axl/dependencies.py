@@ -1,0 +1,76 @@
+"""Dependencies whose private parts AXL uses, checked before the node starts.
+
+PyNaCl's cffi handle on libsodium and aioquic's stream-buffer offsets have
+no public equivalent fast or exact enough (docs/security.md, "Dependencies'
+private surfaces"). pyproject.toml caps each package below its next major
+version; within that range a release may still drop a private part, so the
+node looks before it starts instead of failing on its first packet: PyNaCl
+then gets a slower public path, aioquic (whose loss has no public path)
+stops the node with one line naming the package, its version and the
+supported range. aioquic is looked at only when a quic:// link is
+configured, as only those load it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from axl.sessions import crypto
+
+SUPPORTED = {"PyNaCl": ">=1.6,<2", "aioquic": ">=1.0,<2"}
+"""The versions pyproject.toml allows of the packages whose private parts are checked."""
+
+log = logging.getLogger("axl.node")
+
+
+class UnsupportedDependency(Exception):
+    """An installed package lacks a private part AXL cannot do without;
+    the message is one line that says what to install instead."""
+
+
+def installed_version(package: str) -> str:
+    """The installed version of `package`, or "(version unknown)"."""
+    from importlib import metadata  # only once something is missing
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def unsupported(package: str, missing: str) -> str:
+    """One line: the package, the version found, what it lacks, what to install."""
+    supported = SUPPORTED[package]
+    below = supported.split(",")[-1]
+    return (f"{package} {installed_version(package)} lacks {missing}; AXL supports "
+            f"{package} {supported} (pip install '{package.lower()}{below}')")
+
+
+def check_pynacl() -> None:
+    """Say once, as a warning, that packets are boxed the slower public way."""
+    missing = crypto.MISSING_PRIVATE_CALL
+    if missing is not None:
+        log.warning("%s; boxing packets through nacl.bindings instead, with more copies",
+                    unsupported("PyNaCl", missing))
+
+
+def check_aioquic() -> None:
+    """UnsupportedDependency when quic:// links cannot work with this aioquic."""
+    try:
+        from axl.link import quic
+    except ImportError as exc:
+        module = exc.name or ""
+        if not module.startswith("aioquic"):
+            raise
+        missing = module if isinstance(exc, ModuleNotFoundError) else f"a name axl imports from {module}"
+        raise UnsupportedDependency(unsupported("aioquic", missing)) from None
+    missing = quic.missing_private_field()
+    if missing is not None:
+        raise UnsupportedDependency(unsupported("aioquic", missing))
+
+
+def check_private_surfaces(quic_links: bool) -> None:
+    """Run before anything listens; `quic_links` when the config has a quic:// URI."""
+    check_pynacl()
+    if quic_links:
+        check_aioquic()
