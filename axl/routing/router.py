@@ -395,13 +395,29 @@ class Router:
             return
         if peer.response is None:
             self._response_counter += 1
-            peer.response = res
             peer.response_order = self._response_counter
+        # Go keeps the first answer; a later one differs only in a port the
+        # peer reassigned (restarted, or all links dropped), so it is the one to sign.
+        peer.response = res
+        self._check_parent_port(link.key, res.port)
         if not link.responded:
             link.responded = True
             link.rtt_ns = int(round((self._now - link.req_sent_at) * 1e9))
             self._update_lag(link, link.rtt_ns)
             self._hops.clear()  # the link's cost changed
+
+    def _check_parent_port(self, key: bytes, port: int) -> None:
+        """Re-sign our info at the next tick if our parent now gives us another port.
+
+        A parent hands out ports afresh when all its links to us drop, and
+        forgets them all when it restarts, so our port may since have gone
+        to a sibling: both would claim the same coordinates and greedy
+        routing would feed one the other's traffic. Go re-signs only when a
+        tick falls while the parent is away, else at its 4-minute refresh.
+        """
+        own = self.infos[self.key]
+        if own.parent == key and own.port != port:
+            self._refresh = True
 
     @staticmethod
     def _update_lag(link: _Link, rtt_ns: int) -> None:
