@@ -82,3 +82,26 @@ def test_same_seed_same_run():
         net.run(20)
         return net.tally.line(), net.dropped, sorted(net.tally.acknowledged)
     assert run() == run()
+
+
+def test_a_send_waits_for_the_network_to_form_not_a_fixed_time():
+    """A node's key spreads in bloom filters a hop per second or so, up to the
+    root and back down: along a line of 30 a lookup for the far end finds no
+    way for tens of seconds, so a fixed 15 s warm-up made sends fail that had
+    nothing to do with loss."""
+    def line() -> StackNetwork:
+        net = StackNetwork(30, seed=11)
+        for index in range(29):
+            net.connect(index, index + 1)
+        return net
+
+    early, formed_net = line(), line()
+    early.run(15)
+    formed = formed_net.run_until_formed(300)
+    assert formed is not None and formed > 15
+    for net in (early, formed_net):
+        net.send(0, 29, (1).to_bytes(8, "big") + b"to the far end", 1)
+        net.run(30)
+    assert early.tally.failed == {"PeerUnreachable": 1}
+    assert formed_net.tally.acknowledged == {1}
+    assert formed_net.inbox[29] == [(formed_net.nodes[0].key, (1).to_bytes(8, "big") + b"to the far end")]

@@ -31,6 +31,7 @@ from axl.node.messages import (
     Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
 )
 from axl.routing import SendTraffic
+from axl.routing.frames import TYPE_BLOOM, TYPE_SIGREQ
 from axl.sessions import KeyPair
 from axl.sim.network import DEFAULT_LATENCY, DEFAULT_START, FrameTap, random_edges, sim_identity
 from axl.wire import DecodeError
@@ -213,6 +214,43 @@ class StackNetwork:
     def linked(self) -> bool:
         """Every link finished its handshake."""
         return all(end.conn.established for node in self.nodes for end in node.ends)
+
+    def one_root(self) -> bool:
+        """Every node has chosen the lowest key as its root (the graph is connected)."""
+        lowest = min(node.key for node in self.nodes)
+        return all(node.core.router.root() == lowest for node in self.nodes)
+
+    def run_until_formed(self, limit: float) -> float | None:
+        """Virtual seconds (1 s resolution) until the network has formed, or None
+        if it has not within `limit`.
+
+        Formed: every link is up, every node has the same root, and a whole
+        second passes without a tree frame (SigReq, SigRes, Announce, Bloom).
+        The last condition matters most: a node's key spreads in bloom filters
+        a hop per second up to the root and back down, and until it has, a
+        lookup for it finds no way and a send to it fails as unreachable.
+        """
+        tree_frames = 0
+        outer = self.tap
+
+        def count(src: int, dst: int, ftype: int, body: bytes) -> None:
+            nonlocal tree_frames
+            if TYPE_SIGREQ <= ftype <= TYPE_BLOOM:
+                tree_frames += 1
+            if outer is not None:
+                outer(src, dst, ftype, body)
+
+        self.tap = count
+        start = self.now
+        try:
+            while self.now - start < limit:
+                before = tree_frames
+                self.run(1)
+                if tree_frames == before and self.linked() and self.one_root():
+                    return self.now - start
+            return None
+        finally:
+            self.tap = outer
 
     # -- the driver -----------------------------------------------------
 
