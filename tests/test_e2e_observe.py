@@ -15,8 +15,9 @@ import time
 import aiohttp
 import pytest
 
-from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_INFOS_PER_PEER, MAX_READ_AHEAD,
-                         STREAM_WINDOW, WS_MAX_MESSAGE)
+from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_DEVICE_ENTRIES, MAX_INFOS_PER_PEER,
+                         MAX_READ_AHEAD, MAX_RUMORS, MAX_SESSION_BUFFERS, STREAM_WINDOW, WS_MAX_IN_FLIGHT,
+                         WS_MAX_IN_FLIGHT_BYTES, WS_MAX_MESSAGE)
 from axl.node.stats import MAX_UNANSWERED
 from nodes import Cluster, NodeProcess, metric_samples, wait_until
 
@@ -159,6 +160,9 @@ def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
         ("stream_window", "stream"): STREAM_WINDOW, ("overlay_connections", "node"): 128,
         ("recv_queue", "node"): 1024, ("tree_entries", "peer"): MAX_INFOS_PER_PEER,
         ("ws_message_bytes", "link"): WS_MAX_MESSAGE, ("bridge_read_ahead_bytes", "connection"): MAX_READ_AHEAD,
+        ("session_buffers", "node"): MAX_SESSION_BUFFERS, ("lookups_under_way", "node"): MAX_RUMORS,
+        ("device_keys", "node"): MAX_DEVICE_ENTRIES, ("device_waiting_packets", "node"): MAX_DEVICE_ENTRIES,
+        ("ws_in_flight", "connection"): WS_MAX_IN_FLIGHT, ("ws_in_flight_bytes", "connection"): WS_MAX_IN_FLIGHT_BYTES,
     }
     for (budget, scope), limit in expected.items():
         labels = (("budget", budget), ("scope", scope))
@@ -167,6 +171,7 @@ def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
     assert value(metrics, "axl_budget_in_use", budget="recv_queue", scope="node") == 1
     assert value(metrics, "axl_budget_in_use", budget="recv_queue_bytes", scope="node") == 700
     assert value(metrics, "axl_budget_in_use", budget="sessions", scope="node") >= 1
+    assert value(metrics, "axl_budget_in_use", budget="device_keys", scope="node") >= 1
     assert c.recv(5)[2] == b"q" * 700
 
 

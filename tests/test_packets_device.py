@@ -94,6 +94,7 @@ def test_key_cache_is_bounded():
     for n in range(3, 6):
         dev.path_found(NodeIdentity.from_seed(bytes([n]) * 32).public_key, T0)
     assert len(dev._by_key) == len(dev._by_address) == len(dev._by_subnet) == 2
+    assert dev.key_count() == 2 and dev.evicted["keys"] == 1
 
 
 # --- read path ----------------------------------------------------------

@@ -229,6 +229,18 @@ def test_lookups_are_throttled_per_destination():
     assert net.frames_received[(1, TYPE_PATH_LOOKUP)] == before
 
 
+def test_lookups_under_way_are_capped_and_the_refusals_counted(monkeypatch):
+    monkeypatch.setattr("axl.routing.pathfinder.MAX_RUMORS", 3)
+    net = Network(2, seed=10)
+    net.line()
+    net.run(10)
+    router = net.nodes[0].router
+    for n in range(5):
+        router.send(_identity(f"nobody {n}").public_key, b"x", net.now)
+    assert router.rumor_count() == 3
+    assert router.rumors_refused == 2
+
+
 def test_path_broken_after_a_node_leaves_then_relookup():
     net = Network(4, seed=11)
     net.line()

@@ -246,6 +246,7 @@ def test_buffer_table_is_bounded():
     for n in (11, 12, 13):
         hub.send(NodeIdentity.from_seed(bytes([n]) * 32).public_key, b"x", T0)
     assert len(hub._buffers) == 2
+    assert hub.buffer_count() == 2 and hub.buffers_evicted == 1
 
 
 @pytest.mark.parametrize("seed", range(3))

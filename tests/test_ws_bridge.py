@@ -365,6 +365,8 @@ def test_a_sender_that_outruns_delivery_is_held_back(clean) -> None:
         sock.close()
     assert written < count
     assert a.get_json("/health")["status"] == "ok"
+    paused = metric_samples(a.request("GET", "/metrics", timeout=10)[2].decode())
+    assert paused[("axl_budget_refused_total", (("budget", "ws_in_flight"), ("scope", "connection")))] >= 1
 
 
 def test_a_refused_upgrade_leaves_nothing_for_shutdown_to_trip_on(tmp_path) -> None:

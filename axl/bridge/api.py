@@ -13,11 +13,13 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from axl.bridge.http1 import Answer, text_answer
+from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, BudgetBoard, BudgetUse
 from axl.config import NodeConfig
 from axl.errors import DeliveryError, status_for
 from axl.identity import parse_peer_id
@@ -46,6 +48,7 @@ class BridgeNode(ObservedNode, Protocol):
 
     max_message_size: int
     config: NodeConfig
+    budgets: BudgetBoard
 
     def topology(self) -> dict: ...
 
@@ -76,6 +79,33 @@ class BridgeNode(ObservedNode, Protocol):
     def add_peer(self, uri: str) -> str: ...
 
     def remove_peer(self, uri: str) -> str: ...
+
+
+class InFlight(Protocol):
+    """What one /ws connection's sends hold until their acks are written."""
+
+    frames: int
+    bytes: int
+
+
+@dataclass
+class InFlightBoard:
+    """Every /ws connection's sends awaiting acknowledgement, as /metrics
+    shows them: the most any one connection holds, and how often a
+    connection's reading paused at each limit."""
+
+    flows: weakref.WeakSet[InFlight] = field(default_factory=weakref.WeakSet)
+    paused_at_frames: int = 0
+    paused_at_bytes: int = 0
+
+    def usage(self) -> list[BudgetUse]:
+        flows = list(self.flows)
+        return [
+            BudgetUse("ws_in_flight", "connection", WS_MAX_IN_FLIGHT,
+                      max((flow.frames for flow in flows), default=0), self.paused_at_frames),
+            BudgetUse("ws_in_flight_bytes", "connection", WS_MAX_IN_FLIGHT_BYTES,
+                      max((flow.bytes for flow in flows), default=0), self.paused_at_bytes),
+        ]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.bridge import api
-from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.guard import BridgeGuard, unauthorized
 from axl.bridge.http1 import Answer
 from axl.bridge.peers import add_peer_routes
@@ -138,7 +138,7 @@ def guard_middleware(guard: BridgeGuard) -> Callable[..., Awaitable[web.StreamRe
     return check_token
 
 
-def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
+def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot, in_flight: InFlightBoard,
               observatory: Observatory) -> web.Application:
     config = node.config
     middlewares = [guard_middleware(BridgeGuard(config.bridge_token))] if config.bridge_token else []
@@ -146,7 +146,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
     app[NODE] = node
     app[CLIENTS] = clients
     app[RECEIVER] = receiver
-    track_streams(app)
+    track_streams(app, in_flight)
     app.router.add_get("/topology", handle_topology)
     app.router.add_get("/health", handle_health)
     app.router.add_post("/send", handle_send, expect_handler=send_expect(node))
@@ -167,8 +167,8 @@ class FullApplication:
     """The application and its aiohttp runner, made on the first connection handed over."""
 
     def __init__(self, node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot,
-                 observatory: Observatory, keepalive_timeout: float) -> None:
-        self._app = build_app(node, clients, receiver, observatory)
+                 in_flight: InFlightBoard, observatory: Observatory, keepalive_timeout: float) -> None:
+        self._app = build_app(node, clients, receiver, in_flight, observatory)
         self._runner = web.AppRunner(self._app, access_log=ACCESS_LOG,
                                      access_log_class=request_recorder(observatory.http),
                                      handle_signals=False, keepalive_timeout=keepalive_timeout,

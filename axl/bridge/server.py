@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from axl.adapters.counts import AdapterCounts
-from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
 from axl.bridge.guard import BridgeGuard
 from axl.config import NodeConfig
@@ -39,6 +39,8 @@ class BridgeServer:
                                float(config.conn_read_timeout_secs), self._full_application,
                                self._metrics, BridgeGuard(config.bridge_token) if config.bridge_token else None)
         node.budgets.add(self._door.budget_use)
+        self.in_flight = InFlightBoard()
+        node.budgets.add(self.in_flight.usage)
         self._server: asyncio.Server | None = None
         self._full: asyncio.Future[ProtocolFactory] | None = None
         self._full_app: FullApplication | None = None
@@ -77,8 +79,8 @@ class BridgeServer:
     async def _start_full_application(self) -> ProtocolFactory:
         started = time.monotonic()
         from axl.bridge.app import FullApplication  # aiohttp loads here, on first need
-        self._full_app = FullApplication(self.node, self.clients, self.receiver, self.observatory,
-                                         KEEPALIVE_TIMEOUT)
+        self._full_app = FullApplication(self.node, self.clients, self.receiver, self.in_flight,
+                                         self.observatory, KEEPALIVE_TIMEOUT)
         factory = await self._full_app.start()
         log.info("full application loaded for the first request beyond /send, /recv, "
                  "/topology, /health and /metrics (%.0f ms)", (time.monotonic() - started) * 1000)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
 
-from axl.bridge.api import BridgeNode, ClientWatch, QueuedMessage, ReceiverSlot, fate, record_send
+from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, QueuedMessage, ReceiverSlot, fate, record_send
 from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, WS_MAX_WINDOW
 from axl.errors import DeliveryError
 from axl.tasks import start_task
@@ -57,6 +57,7 @@ NODE = web.AppKey("node", BridgeNode)
 CLIENTS = web.AppKey("clients", ClientWatch)
 RECEIVER = web.AppKey("receiver", ReceiverSlot)
 OPEN_STREAMS = web.AppKey("ws_open_streams", weakref.WeakSet)
+IN_FLIGHT = web.AppKey("ws_in_flight", InFlightBoard)
 STOP_CLOSE_TIMEOUT = 1.0
 """How long a stopping node waits for a /ws client to answer its close."""
 
@@ -104,7 +105,7 @@ def ack_text(number: int, status: int, error: str | None = None) -> str:
     return json.dumps(ack)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Flow:
     """Frames read from the client and not yet acknowledged to it, for back-pressure.
 
@@ -112,17 +113,25 @@ class _Flow:
     known: a client that does not read its acks stops being read too.
     """
 
+    board: InFlightBoard
     frames: int = 0
     bytes: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.room.set()
+        self.board.flows.add(self)
 
     def add(self, size: int) -> None:
         self.frames += 1
         self.bytes += size
-        if self.frames >= WS_MAX_IN_FLIGHT or self.bytes >= WS_MAX_IN_FLIGHT_BYTES:
+        if not self.room.is_set():
+            return
+        if self.frames >= WS_MAX_IN_FLIGHT:
+            self.board.paused_at_frames += 1
+            self.room.clear()
+        elif self.bytes >= WS_MAX_IN_FLIGHT_BYTES:
+            self.board.paused_at_bytes += 1
             self.room.clear()
 
     def remove(self, size: int) -> None:
@@ -145,7 +154,7 @@ class StreamingSession:
     """One /ws connection: its numbered sends and, with a window, its deliveries."""
 
     def __init__(self, node: BridgeNode, ws: web.WebSocketResponse, window: int | None,
-                 gone: asyncio.Event) -> None:
+                 gone: asyncio.Event, in_flight: InFlightBoard) -> None:
         self.node = node
         self.ws = ws
         self.window = window
@@ -155,7 +164,7 @@ class StreamingSession:
         self._under_way = 0
         self._all_settled = asyncio.Event()
         self._all_settled.set()
-        self._flow = _Flow()
+        self._flow = _Flow(in_flight)
         # (ack text, payload size) settled and not yet written, in the order settled
         self._acks: list[tuple[str, int]] = []
         self._acks_ready = asyncio.Event()
@@ -363,10 +372,12 @@ async def _first_of(*events: asyncio.Event) -> None:
             wait.cancel()
 
 
-def track_streams(app: web.Application) -> None:
+def track_streams(app: web.Application, in_flight: InFlightBoard) -> None:
     """Keep the open /ws connections, so that a stopping node closes them
-    (1001, going away) instead of waiting for their clients to leave."""
+    (1001, going away) instead of waiting for their clients to leave, and
+    what their sends hold, for /metrics."""
     app[OPEN_STREAMS] = weakref.WeakSet()
+    app[IN_FLIGHT] = in_flight
     app.on_shutdown.append(_close_streams)
 
 
@@ -408,7 +419,7 @@ async def handle_ws(request: web.Request) -> web.StreamResponse:
     gone = request.app[CLIENTS].gone(request.transport) or asyncio.Event()
     if receiving:
         slot.holder = ws
-    session = StreamingSession(node, ws, window, gone)
+    session = StreamingSession(node, ws, window, gone, request.app[IN_FLIGHT])
     try:
         await ws.prepare(request)
         await session.run()

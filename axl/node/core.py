@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from axl import routing, sessions
-from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, STREAM_WINDOW, BudgetUse
+from axl.budgets import LOOKUP_BURST, MAX_INFOS_PER_PEER, MAX_RUMORS, MAX_SESSION_BUFFERS, STREAM_WINDOW, BudgetUse
 from axl.build import build_fields
 from axl.datagrams import (
     IPV6_HEAD, DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
@@ -193,13 +193,19 @@ class NodeCore:
 
     def budget_use(self) -> list[BudgetUse]:
         """The budgets the protocol layers keep (read at scrape time)."""
-        router, sessions, stack = self.router, self.sessions, self.stack
+        router, sessions, stack, device = self.router, self.sessions, self.stack, self.device
         return [
             BudgetUse("tree_entries", "peer", MAX_INFOS_PER_PEER, router.most_infos_from_one_peer(),
                       router.infos_refused),
             BudgetUse("lookups_burst", "peer", int(LOOKUP_BURST), None, router.lookups_dropped),
             BudgetUse("sessions", "node", sessions.max_sessions, len(sessions.session_keys()),
                       sessions.evicted),
+            BudgetUse("session_buffers", "node", MAX_SESSION_BUFFERS, sessions.buffer_count(),
+                      sessions.buffers_evicted),
+            BudgetUse("lookups_under_way", "node", MAX_RUMORS, router.rumor_count(), router.rumors_refused),
+            BudgetUse("device_keys", "node", device.max_entries, device.key_count(), device.evicted["keys"]),
+            BudgetUse("device_waiting_packets", "node", device.max_entries, device.waiting_packet_count(),
+                      device.evicted["waiting_packets"]),
             BudgetUse("overlay_connections", "node", stack.max_connections, stack.accepted_count(),
                       stack.refused_over_cap),
             BudgetUse("stream_window", "stream", STREAM_WINDOW, self.messages.streams.most_unanswered(),

@@ -85,6 +85,20 @@ class IPv6Device:
         self._pending_address: OrderedDict[bytes, _Pending] = OrderedDict()
         self._pending_subnet: OrderedDict[bytes, _Pending] = OrderedDict()
         self.dropped: Counter[str] = Counter()
+        # Entries forgotten to make room, by table ("keys", "waiting_packets").
+        self.evicted: Counter[str] = Counter()
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    def key_count(self) -> int:
+        return len(self._by_key)
+
+    def waiting_packet_count(self) -> int:
+        """Packets waiting for a lookup in the fuller of the two tables
+        (addresses, subnets), each of which holds up to `max_entries`."""
+        return max(len(self._pending_address), len(self._pending_subnet))
 
     def mtu_for(self, source_key: bytes) -> int:
         """The largest packet accepted from `source_key`: the place to add
@@ -167,6 +181,7 @@ class IPv6Device:
         pending.pop(name, None)
         while len(pending) >= self._max_entries:
             pending.popitem(last=False)
+            self.evicted["waiting_packets"] += 1
         pending[name] = _Pending(packet, now + KEY_TIMEOUT)
         return [Lookup(key_for_address_bytes(name))]
 
@@ -177,6 +192,7 @@ class IPv6Device:
         if info is None:
             while len(self._by_key) >= self._max_entries:
                 self._forget(next(iter(self._by_key.values())))
+                self.evicted["keys"] += 1
             info = _KeyInfo(key, address_for_key(key), subnet_for_key(key), now)
             self._by_key[key] = info
             self._by_address[info.address] = info

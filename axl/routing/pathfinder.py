@@ -83,6 +83,7 @@ class Pathfinder:
         self._wall_clock = wall_clock
         self.paths: dict[bytes, _PathInfo] = {}
         self.rumors: dict[bytes, _Rumor] = {}
+        self.rumors_refused = 0  # new destinations not looked up: MAX_RUMORS under way
         self._notify_seq = 0
         self._notify_path: list[int] = []
         self._notify_sig = router.identity.sign(notify_info_bytes(0, []))
@@ -176,6 +177,7 @@ class Pathfinder:
             rumor.send_time = self._now
             rumor.expires = self._now + PATH_TIMEOUT
         elif len(self.rumors) >= MAX_RUMORS:
+            self.rumors_refused += 1
             return
         else:
             self.rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)

@@ -309,6 +309,11 @@ class Router:
     def rumor_count(self) -> int:
         return len(self._pathfinder.rumors)
 
+    @property
+    def rumors_refused(self) -> int:
+        """Lookups not started because MAX_RUMORS were already under way."""
+        return self._pathfinder.rumors_refused
+
     def is_on_tree(self, key: bytes) -> bool:
         peer = self._peers.get(key)
         return peer is not None and peer.on_tree

@@ -171,6 +171,11 @@ class SessionManager:
         self._max_buffers = max_buffers
         self.dropped: Counter[str] = Counter()
         self.evicted = 0  # sessions forgotten to make room (table at max_sessions)
+        self.buffers_evicted = 0  # send buffers forgotten to make room (at max_buffers)
+
+    def buffer_count(self) -> int:
+        """Send buffers held for sessions being opened."""
+        return len(self._buffers)
 
     def session_keys(self) -> list[bytes]:
         return list(self._sessions)
@@ -248,6 +253,7 @@ class SessionManager:
     def _store_buffer(self, key: bytes, buffer: _Buffer) -> None:
         while len(self._buffers) >= self._max_buffers:
             self._buffers.popitem(last=False)
+            self.buffers_evicted += 1
         self._buffers[key] = buffer
 
     # --- handshakes -----------------------------------------------------
