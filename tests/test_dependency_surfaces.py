@@ -62,6 +62,18 @@ def test_each_package_reached_into_is_capped_below_its_next_major():
         assert f"{package.lower()}{supported}" in dependencies_listed
 
 
+def test_uvicorn_still_has_the_signal_hook_the_a2a_server_replaces():
+    """`uvicorn.Server.capture_signals` is not documented; the A2A server
+    replaces it so that its caller owns SIGINT and SIGTERM."""
+    import uvicorn
+
+    from axl.adapters.a2a_server import _QuietServer
+    assert callable(getattr(uvicorn.Server, "capture_signals", None))
+    assert _QuietServer.capture_signals is not uvicorn.Server.capture_signals
+    agents = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agents"]
+    assert "uvicorn>=0.30,<1" in agents
+
+
 # --- PyNaCl: nacl._sodium ------------------------------------------------------------
 
 def test_pynacl_still_has_the_libsodium_calls_packets_use():
