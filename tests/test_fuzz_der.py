@@ -53,7 +53,7 @@ def _cryptography_key(der: bytes) -> bytes | None | str:
     kind of key, "unreadable" when it does not take the certificate."""
     try:
         key = x509.load_der_x509_certificate(der).public_key()
-    except (ValueError, UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm, x509.InvalidVersion):
         return "unreadable"
     if not isinstance(key, ed25519.Ed25519PublicKey):
         return None
