@@ -100,8 +100,13 @@ def _not_json(name: str) -> Any:
 
 
 def loads(text: str | bytes, **options: Any) -> Any:
-    """json.loads without the NaN and Infinity that Go (and JSON) refuse."""
-    return json.loads(text, parse_constant=_not_json, **options)
+    """json.loads without the NaN and Infinity that Go (and JSON) refuse;
+    ValueError too for arrays or objects nested deeper than `json` can
+    follow (it raises RecursionError)."""
+    try:
+        return json.loads(text, parse_constant=_not_json, **options)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
 
 
 def compact(text: str | bytes) -> Raw:

@@ -58,6 +58,24 @@ def chunkings(data: bytes) -> st.SearchStrategy[list[bytes]]:
     return cuts.map(lambda points: _split(data, sorted(set(points))))
 
 
+def with_chunkings(streams: st.SearchStrategy[bytes]) -> st.SearchStrategy[tuple[bytes, list[bytes]]]:
+    """A stream from `streams` and a random cutting of it."""
+    return streams.flatmap(lambda data: st.tuples(st.just(data), chunkings(data)))
+
+
+def feed_all(feed: Callable[[bytes], list], chunks: Sequence[bytes],
+             error: type[Exception]) -> tuple[list, bool]:
+    """What `feed` returns for each chunk in turn, joined, and whether it
+    raised `error` (which ends the stream; anything else propagates)."""
+    found: list = []
+    try:
+        for chunk in chunks:
+            found += feed(chunk)
+    except error:
+        return found, True
+    return found, False
+
+
 def _split(data: bytes, points: list[int]) -> list[bytes]:
     bounds = [0, *points, len(data)]
     return [data[a:b] for a, b in zip(bounds, bounds[1:])]

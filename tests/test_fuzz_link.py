@@ -11,7 +11,7 @@ from vectors import load
 from axl.link.framing import MAX_FRAME, MAX_FRAME_TYPE, FrameDecoder, FrameError, encode_frame
 from axl.link.meta import HEADER_SIZE, MAX_META_LENGTH, LinkMeta, MetaError, decode_meta, meta_bytes_needed
 from axl.wire import DecodeError, encode_uvarint
-from fuzzing import FUZZ, chunkings, noise_or_mutation, peak_allocation
+from fuzzing import FUZZ, noise_or_mutation, peak_allocation, with_chunkings
 
 VALID_META = [bytes.fromhex(v["meta_hex"]) for v in load("meta")["python_sent"]] + [
     bytes.fromhex(v["captured_meta_hex"]) for v in load("meta")["go_sent"]
@@ -66,12 +66,8 @@ def _decode_chunks(chunks: list[bytes]) -> tuple[list[tuple[int, bytes]], bool]:
     return frames, False
 
 
-def _stream_and_chunkings(streams: st.SearchStrategy[bytes]) -> st.SearchStrategy:
-    return streams.flatmap(lambda data: st.tuples(st.just(data), chunkings(data)))
-
-
 @FUZZ
-@given(_stream_and_chunkings(noise_or_mutation(CAPTURED_FRAMES + BAD_FRAMES + [CAPTURED_STREAM])))
+@given(with_chunkings(noise_or_mutation(CAPTURED_FRAMES + BAD_FRAMES + [CAPTURED_STREAM])))
 def test_frame_decoder_any_chunking_same_result_and_only_frame_errors(case):
     data, chunks = case
     whole = _decode_chunks([data])

@@ -91,7 +91,7 @@ def parse_mcp_call(text: str) -> tuple[str, Any]:
     """``(service, request)`` from a message text; ValueError with the reason otherwise."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
         raise ValueError('message text must be JSON: {"service": ..., "request": ...}') from None
     if not isinstance(data, dict):
         raise ValueError('message text must be a JSON object {"service": ..., "request": ...}')

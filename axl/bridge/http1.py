@@ -67,18 +67,32 @@ def read_head(head: bytes) -> RequestHead | None:
     if (b"\r\nexpect:" in lowered or b"\r\ntransfer-encoding:" in lowered or b"\r\nupgrade:" in lowered
             or lowered.count(b"\r\ncontent-length:") > 1):
         return None
-    length_text = _header(block, lowered, b"\r\ncontent-length:") or b"0"
+    # An empty Content-Length is no length at all (not 0): the full application refuses it.
+    length_text = _header(block, lowered, b"\r\ncontent-length:") if b"\r\ncontent-length:" in lowered else b"0"
     if not length_text.isdigit() or len(length_text) > 18:
         return None
     method, target = request_line[1].decode(), request_line[2].decode()
     path, _, query = target.partition("?")
-    return RequestHead(method, path, query, int(length_text),
-                       b"close" not in _header(lowered, lowered, b"\r\nconnection:"),
+    return RequestHead(method, path, query, int(length_text), not _asks_to_close(lowered),
                        _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"),
                        _header(block, lowered, b"\r\nauthorization:").decode("latin-1"))
 
 
 _read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)
+
+
+def _asks_to_close(lowered: bytes) -> bool:
+    """Whether a Connection header (any of them) lists the token `close`."""
+    if b"close" not in lowered:
+        return False
+    start = lowered.find(b"\r\nconnection:")
+    while start >= 0:
+        start += len(b"\r\nconnection:")
+        end = lowered.find(b"\r\n", start)
+        if b"close" in [token.strip(b" \t") for token in lowered[start:end].split(b",")]:
+            return True
+        start = lowered.find(b"\r\nconnection:", end)
+    return False
 
 
 def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:

@@ -54,7 +54,7 @@ async def _change(request: web.Request, change: Callable[[str], str], conflict: 
 def _uri_of(body: bytes) -> Any:
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     return document.get("uri") if isinstance(document, dict) else None
 

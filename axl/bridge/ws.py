@@ -84,7 +84,7 @@ def parse_done(text: str) -> list[int]:
     once (an empty list says nothing, and is no violation)."""
     try:
         message = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep
         raise ProtocolViolation("text frame is not JSON") from None
     done = message.get("done") if isinstance(message, dict) else None
     ids = done if isinstance(done, list) else [done]

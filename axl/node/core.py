@@ -382,6 +382,6 @@ def _name_in(nodeinfo: bytes) -> str:
     """The "name" string of a NodeInfo object ("" when there is none)."""
     try:
         name = json.loads(nodeinfo).get("name")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested too deep
         return ""
     return name if isinstance(name, str) else ""
