@@ -27,6 +27,7 @@ from aiohttp import WebSocketError, WSCloseCode, WSMsgType
 from hypothesis import given
 from hypothesis import strategies as st
 
+from axl.bridge.api import InFlightBoard
 from axl.bridge.ws import KEY_SIZE, ProtocolViolation, StreamingSession, parse_done, parse_window
 from axl.budgets import WS_MAX_WINDOW
 from axl.errors import PeerUnreachable, status_for
@@ -197,7 +198,8 @@ session_steps = st.lists(st.one_of(
 @given(session_steps, st.frozensets(st.sampled_from([0, 1, 2])), st.sampled_from([None, 4]))
 def test_any_messages_get_one_ack_each_and_leave_nothing_behind(steps, ordered, window):
     node = Node(ordered)
-    session = StreamingSession(node, None, window, asyncio.Event())
+    board = InFlightBoard()
+    session = StreamingSession(node, None, window, asyncio.Event(), board)
     session._delivered = {n: Delivered(n) for n in (1, 2, 3)} if window else {}
     keys: dict[int, bytes] = {}
     for kind, item in steps:
@@ -224,6 +226,7 @@ def test_any_messages_get_one_ack_each_and_leave_nothing_behind(steps, ordered, 
         assert mine == sorted(mine)
     assert session._destinations == {} and session._under_way == 0
     assert session._flow.frames == len(acks)
+    assert board.usage()[0].in_use == len(acks)
     assert len(set(node.done)) == len(node.done)
 
 
