@@ -11,7 +11,7 @@ from vectors import load
 from axl.link.framing import MAX_FRAME, MAX_FRAME_TYPE, FrameDecoder, FrameError, encode_frame
 from axl.link.meta import HEADER_SIZE, MAX_META_LENGTH, LinkMeta, MetaError, decode_meta, meta_bytes_needed
 from axl.wire import DecodeError, encode_uvarint
-from fuzzing import FUZZ, noise_or_mutation, peak_allocation, with_chunkings
+from fuzzing import FUZZ, feed_all, noise_or_mutation, peak_allocation, with_chunkings
 
 VALID_META = [bytes.fromhex(v["meta_hex"]) for v in load("meta")["python_sent"]] + [
     bytes.fromhex(v["captured_meta_hex"]) for v in load("meta")["go_sent"]
@@ -56,14 +56,7 @@ def test_meta_length_outside_limits_refused_from_the_header(claimed):
 
 def _decode_chunks(chunks: list[bytes]) -> tuple[list[tuple[int, bytes]], bool]:
     """Every frame decoded and whether the stream was refused."""
-    decoder = FrameDecoder()
-    frames: list[tuple[int, bytes]] = []
-    try:
-        for chunk in chunks:
-            frames.extend(decoder.feed(chunk))
-    except FrameError:
-        return frames, True
-    return frames, False
+    return feed_all(FrameDecoder().feed, chunks, FrameError)
 
 
 @FUZZ

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.wire import MAX_UVARINT_LEN, DecodeError, Reader, decode_uvarint, encode_uvarint
-from fuzzing import FUZZ, chunkings, mutation_of, peak_allocation
+from fuzzing import FUZZ, mutation_of, peak_allocation, with_chunkings
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 
@@ -79,7 +79,7 @@ def test_huge_claimed_take_is_refused_without_allocating():
 
 
 @FUZZ
-@given(st.binary(min_size=1, max_size=64).flatmap(lambda b: st.tuples(st.just(b), chunkings(b))))
+@given(with_chunkings(st.binary(min_size=1, max_size=64)))
 def test_chunkings_reassemble(case):
     data, chunks = case
     assert b"".join(chunks) == data
