@@ -99,14 +99,20 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(text: str | bytes, **options: Any) -> Any:
-    """json.loads without the NaN and Infinity that Go (and JSON) refuse;
-    ValueError too for arrays or objects nested deeper than `json` can
-    follow (it raises RecursionError)."""
+def read_json(text: str | bytes, **options: Any) -> Any:
+    """json.loads whose one error is ValueError. `json` raises RecursionError
+    for arrays or objects nested deeper than the interpreter follows; the
+    decoders that read JSON from a peer, a client or a file catch ValueError,
+    and a deep document must be refused by them like any other bad one."""
     try:
-        return json.loads(text, parse_constant=_not_json, **options)
+        return json.loads(text, **options)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
+
+
+def loads(text: str | bytes, **options: Any) -> Any:
+    """`read_json` without the NaN and Infinity that Go (and JSON) refuse."""
+    return read_json(text, parse_constant=_not_json, **options)
 
 
 def compact(text: str | bytes) -> Raw:

@@ -40,6 +40,7 @@ from a2a.types import (
 from starlette.applications import Starlette
 
 from axl.adapters.runtime import configure_logging, run_until_signalled, service_parser
+from axl.gojson import read_json
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,8 @@ def build_card(url: str, services: list[str], name: str) -> AgentCard:
 def parse_mcp_call(text: str) -> tuple[str, Any]:
     """``(service, request)`` from a message text; ValueError with the reason otherwise."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
+        data = read_json(text)
+    except ValueError:
         raise ValueError('message text must be JSON: {"service": ..., "request": ...}') from None
     if not isinstance(data, dict):
         raise ValueError('message text must be a JSON object {"service": ..., "request": ...}')

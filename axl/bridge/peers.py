@@ -5,7 +5,6 @@ config file; the node logs each change."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ from aiohttp import web
 
 from axl.bridge.api import BridgeNode
 from axl.errors import PeerAlreadyConfigured, PeerChangeRefused, PeerNotConfigured
+from axl.gojson import read_json
 
 # A peer URI is short; a larger body is not one.
 MAX_BODY = 64 << 10
@@ -53,8 +53,8 @@ async def _change(request: web.Request, change: Callable[[str], str], conflict: 
 
 def _uri_of(body: bytes) -> Any:
     try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):  # RecursionError: nested too deep
+        document = read_json(body)
+    except ValueError:
         return None
     return document.get("uri") if isinstance(document, dict) else None
 

@@ -38,6 +38,7 @@ from aiohttp import ClientConnectionError, WSCloseCode, WSMsgType, web
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, QueuedMessage, ReceiverSlot, fate, record_send
 from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, WS_MAX_WINDOW
 from axl.errors import DeliveryError
+from axl.gojson import read_json
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.bridge")
@@ -83,8 +84,8 @@ def parse_done(text: str) -> list[int]:
     """The ids of a `{"done": id}` or `{"done": [id, ...]}` text frame, each
     once (an empty list says nothing, and is no violation)."""
     try:
-        message = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep
+        message = read_json(text)
+    except ValueError:
         raise ProtocolViolation("text frame is not JSON") from None
     done = message.get("done") if isinstance(message, dict) else None
     ids = done if isinstance(done, list) else [done]

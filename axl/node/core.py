@@ -17,7 +17,6 @@ the wire carries (without one, as in the simulator, `now` serves both).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections import deque
@@ -31,6 +30,7 @@ from axl.datagrams import (
     IPV6_HEAD, DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
 )
 from axl.datagrams.layer import CORE_MTU
+from axl.gojson import read_json
 from axl.identity import NodeIdentity, address_for_key
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
@@ -381,7 +381,7 @@ class NodeCore:
 def _name_in(nodeinfo: bytes) -> str:
     """The "name" string of a NodeInfo object ("" when there is none)."""
     try:
-        name = json.loads(nodeinfo).get("name")
-    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested too deep
+        name = read_json(nodeinfo).get("name")
+    except (ValueError, AttributeError):
         return ""
     return name if isinstance(name, str) else ""
