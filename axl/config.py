@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from axl.build import build_fields
 from axl.datagrams import nodeinfo_reply_body
+from axl.gojson import read_json
 from axl.identity import KeyFileError, KeyFileMissing, NodeIdentity
 from axl.link.multicast import MulticastRule
 
@@ -401,7 +402,7 @@ def config_from_dict(raw: dict) -> NodeConfig:
         _check_kind(name, value, kind)
         _check_value(name, value)
         if name == "NodeInfo":
-            value = _as_go_numbers(value)
+            value = _nodeinfo_as_go_reads_it(value)
         if value == 0 and kind is int or value == "" and name == "bridge_addr":
             continue  # Go's rule: a zero value keeps the default (never "every interface")
         setattr(config, attr, [v.lower() for v in value] if name == "AllowedPublicKeys" else value)
@@ -413,6 +414,17 @@ def config_from_dict(raw: dict) -> NodeConfig:
         raise ConfigError(f"message_stream_port: must differ from tcp_port ({config.tcp_port}), "
                           f"or set message_streams to false")
     return config
+
+
+def _nodeinfo_as_go_reads_it(value: Any) -> Any:
+    """NodeInfo with Go's numbers, or a ConfigError where Go's reader would
+    fail too (a number beyond float64) or Python's stack gives out first."""
+    try:
+        return _as_go_numbers(value)
+    except OverflowError:
+        raise ConfigError("NodeInfo: a number is beyond the range of a 64-bit float") from None
+    except RecursionError:
+        raise ConfigError("NodeInfo: arrays or objects nested too deep") from None
 
 
 def _as_go_numbers(value: Any) -> Any:
@@ -435,7 +447,9 @@ def load_config(path: str | Path) -> NodeConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start} is not)") from None
     try:
-        raw = json.loads(text)
+        raw = read_json(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # nested too deep, or an integer of more digits than Python reads
+        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
     return config_from_dict(raw)

@@ -143,6 +143,10 @@ def run_cli(*args, cwd=None):
 @pytest.mark.parametrize("content, needle", [
     ('{"api_port": "x"}', "api_port"),
     ("{broken", "not valid JSON"),
+    ('{"NodeInfo": %s1%s}' % ("[" * 100_000, "]" * 100_000), "not valid JSON: JSON nested too deep"),
+    ('{"api_port": %s}' % ("9" * 5000), "not valid JSON: Exceeds the limit (4300 digits)"),
+    ('{"NodeInfo": {"deep": %s1%s}}' % ("[" * 600, "]" * 600), "NodeInfo: arrays or objects nested too deep"),
+    ('{"NodeInfo": {"big": %s}}' % ("9" * 400), "NodeInfo: a number is beyond the range of a 64-bit float"),
     ('{"Peer": ["tls://127.0.0.1:9001"]}', 'did you mean "Peers"'),
     ('{"Peers": ["ftp://h:1"]}', "Peers"),
     ('{"PrivateKeyPath": "/nonexistent/key.pem"}', "PrivateKeyPath"),
