@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from axl.config import ConfigError
 from axl.node import journal
+from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
                                 StreamSender)
-from axl.node.store import CHECKPOINT_PAGES, InboxStore, StoreError
+from axl.node.store import CHECKPOINT_PAGES, InboxStore, NotThisNodesInbox, StoreError
 
 OWNER = b"\x0a" * 32
 SENDER = b"\x01" * 32
@@ -121,12 +121,12 @@ async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
     outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))  # its commit starts a checkpoint
     while not outcomes.settled:
         await asyncio.sleep(0)
-    assert inbox.journal._checkpointing is not None
+    assert inbox.journal._checkpoint is not None
     outcomes.offer(inbox, b"meanwhile")
     while len(outcomes.settled) < 2:
         await asyncio.sleep(0)
     assert outcomes.settled[1] == (b"meanwhile", True)
-    assert inbox.journal._checkpointing is not None  # still copying the first
+    assert inbox.journal._checkpoint is not None  # still copying the first
     await settle(inbox)
     inbox.close()
 
@@ -139,10 +139,12 @@ async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: 
     inbox = Inbox(10_000, 1 << 30, open_store(path))
     outcomes = Outcomes()
     outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))
-    while inbox.journal._busy is None:  # the checkpoint that found the WAL long, then the one that empties it
+    # the checkpoint that found the WAL long, then the one that empties it
+    while not (inbox.journal.state is JournalState.EMPTYING and inbox.journal._checkpoint is not None):
         await asyncio.sleep(0.001)
     outcomes.offer(inbox, b"waits")
-    assert len(inbox.journal._staged) == 1 and not inbox.journal._commit_scheduled
+    await asyncio.sleep(0)
+    assert len(inbox.journal._staged) == 1  # its commit waits for the checkpoint
     await settle(inbox)
     assert outcomes.settled[1] == (b"waits", True)
     assert path.with_name(path.name + "-wal").stat().st_size < 64 << 10
@@ -266,11 +268,11 @@ def test_a_database_that_is_not_an_inbox_is_refused_unchanged(tmp_path: Path) ->
     assert path.read_bytes() == before
 
 
-def test_another_nodes_inbox_is_a_config_error(tmp_path: Path) -> None:
+def test_another_nodes_inbox_is_refused_as_not_this_nodes(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
     open_store(path).close()
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match=r"^inbox_path: .* is the inbox of node 0a0a0a0a0a0a0a0a…, not of this node"):
+    with pytest.raises(NotThisNodesInbox, match=r"^inbox_path: .* is the inbox of node 0a0a0a0a0a0a0a0a…, not of this node"):
         open_store(path, owner=b"\x0b" * 32)
     assert path.read_bytes() == before
 
