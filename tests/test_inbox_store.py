@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,33 @@ async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path) -> None:
     await settle(inbox)
     assert outcomes.settled[-1] == (b"after", True)
     assert [inbox.get_nowait().payload for _ in range(2)] == [b"first", b"after"]
+    inbox.close()
+
+
+async def test_what_arrives_during_a_threaded_commit_that_fails_is_tried_at_once(tmp_path: Path, monkeypatch) -> None:
+    """With inbox_sync "full" a commit runs on the store's thread and what
+    arrives meanwhile waits for it. When that commit fails (a full disk: made
+    to fail here, once), what waited is tried at once: not stranded until
+    another message comes, while its sender times out."""
+    store = InboxStore.open(tmp_path / "inbox.sqlite3", "full", OWNER)
+    inbox = Inbox(100, 1 << 20, store)
+    commit = store.commit
+
+    def full_disk_once() -> None:
+        monkeypatch.setattr(store, "commit", commit)
+        time.sleep(0.2)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "commit", full_disk_once)
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"fails")
+    await asyncio.sleep(0)  # its commit is under way on the store's thread
+    outcomes.offer(inbox, b"meanwhile")
+    deadline = time.monotonic() + 10
+    while len(outcomes.settled) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert outcomes.settled == [(b"fails", False), (b"meanwhile", True)]
+    assert inbox.get_nowait().payload == b"meanwhile"
     inbox.close()
 
 
