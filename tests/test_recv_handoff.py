@@ -24,7 +24,7 @@ import pytest
 
 from axl.bridge.handoff import Handoff
 from axl.node.inbox import Inbox
-from nodes import drain, lone_node, metric_samples, polls_waiting, wait_until
+from nodes import Cluster, drain, lone_node, metric_samples, polls_waiting, wait_until
 
 SENDER = b"\x01" * 32
 
@@ -398,3 +398,27 @@ def test_a_kept_alive_connection_gets_each_message_exactly_once(empty) -> None:
     assert held(empty) == 0
     connection.close()
     assert drain(empty) == []
+
+
+def test_on_a_unix_socket_a_client_that_hangs_up_leaves_the_message_and_a_reader_gets_it_once(tmp_path) -> None:
+    """On a UNIX socket a peer that closes with bytes unread resets ours
+    (ECONNRESET), and TIOCOUTQ counts what the peer has not read: the same rule."""
+    cluster = Cluster(tmp_path)
+    node = cluster.add("u", listen=False, extra={"bridge_addr": f"unix://{tmp_path}/bridge.sock"})
+    cluster.start_all()
+    try:
+        payloads = [f"u{i}".encode() for i in range(10)]
+        send_all(node, payloads)
+        for request in RECV_REQUESTS.values():
+            for _ in range(5):
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(5)
+                    sock.connect(f"{tmp_path}/bridge.sock")
+                    sock.sendall(request)
+                    sock.recv(1, socket.MSG_PEEK)
+        assert Counter(receive_all(node, 10)) == Counter(payloads)
+        wait_until(lambda: held(node) == 0, 10, what="every message delivered")
+        assert drain(node) == []
+        no_traceback(node)
+    finally:
+        cluster.stop_all()
