@@ -618,7 +618,7 @@ class BridgeConnection(asyncio.Protocol):
         self._resume_reading()
         shown = HandedTransport(self.transport, self)
         self.door.clients.alias(shown, self.transport)
-        inner.connection_made(shown)
+        inner.connection_made(shown)  # type: ignore[arg-type]  # a stand-in, as uvloop's transports are
         if self._writing_paused:
             inner.pause_writing()
         data = self.ahead.take_all()
