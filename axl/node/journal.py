@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from axl.node.msgstream import SessionKey, SessionRecord
+from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
 from axl.node.store import WAL_CAP_PAGES, Batch, CommittedSession, CommittedSessions, InboxStore
+from axl.node.streamsessions import SessionKey
 
 if TYPE_CHECKING:
     from axl.node.inbox import InboxMessage
@@ -81,7 +81,8 @@ class Journal:
     def session_records(self) -> list[tuple[bytes, int, SessionRecord]]:
         """The committed sessions as the message streams' receiver remembers
         them (MessageStreams.restore_sessions), least recently written first."""
-        return [(*key, session.record()) for key, session in self._sessions.items()]
+        return [(*key, SessionRecord.restored(session.taken_upto, session.committed()))
+                for key, session in self._sessions.items()]
 
     def add(self, message: InboxMessage, origin: StreamOrigin | None, settled: Settled) -> None:
         self._last_id = max(self._last_id, message.id)
@@ -108,19 +109,21 @@ class Journal:
             return
         store = self.store
         staged, self._staged = self._staged, []
-        batch = Batch(inserts=[(s.message.id, s.message.sender, s.message.payload) for s in staged],
-                      deletes=self._deletes, sessions=self._sessions_after(staged),
-                      forgotten=self._forgotten, last_id=self._last_id)
+        batch = Batch(deletes=self._deletes, forgotten=self._forgotten, last_id=self._last_id)
         self._deletes, self._forgotten = [], []
         started = time.monotonic()
+        # Whatever fails from here on (not only SQLite: building the batch,
+        # out of memory) refuses the batch's messages, which hold inbox room.
         try:
+            batch.inserts = [(s.message.id, s.message.sender, s.message.payload) for s in staged]
+            batch.sessions = self._sessions_after(staged)
             store.stage(batch)
             if store.commits_in_thread:
                 self._busy = asyncio.wrap_future(store.commit_in_thread())
                 self._busy.add_done_callback(partial(self._committed, staged, batch, started))
                 return
             store.commit()
-        except sqlite3.Error as exc:
+        except Exception as exc:
             store.abandon()
             self._failed(staged, batch, exc)
             return
@@ -192,9 +195,7 @@ class Journal:
         return sessions
 
     def _keep(self, key: SessionKey, session: CommittedSession) -> None:
-        pushed_out = self._sessions.put(key, session)
-        if pushed_out is not None:
-            self._forgotten.append(pushed_out)
+        self._forgotten += self._sessions.put(key, session)
 
     def _failed(self, staged: list[_Staged], batch: Batch, error: BaseException) -> None:
         """A commit failed (a full disk): its messages are refused, never
