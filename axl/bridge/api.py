@@ -280,11 +280,15 @@ def recv_wait(text: str) -> float | Answer:
     return wait
 
 
-def recv_refusal(slot: ReceiverSlot, closing: asyncio.Future | None) -> Answer | None:
+def recv_refusal(node: BridgeNode, slot: ReceiverSlot, closing: asyncio.Future | None) -> Answer | None:
     """What a /recv answers before waiting at all: 409 while a /ws receiver
-    is attached, 204 when its client has already left; else None."""
+    is attached, 503 while the inbox cannot delete what it hands out (a full
+    disk: it would deliver it again), 204 when its client has already left; else None."""
     if slot.holder is not None:
         return text_answer(409, RECEIVER_ATTACHED)
+    refusal = node.inbox.delivery_refusal
+    if refusal is not None:
+        return text_answer(503, refusal)
     if closing is None:
         return Answer(204)
     return None

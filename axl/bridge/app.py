@@ -95,7 +95,7 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     if isinstance(wait, Answer):
         return response_for(wait)
     closing = request.app[CLIENTS].closing(request.transport)
-    refusal = api.recv_refusal(request.app[RECEIVER], closing)
+    refusal = api.recv_refusal(node, request.app[RECEIVER], closing)
     if refusal is not None:
         return response_for(refusal)
     answer, message = api.recv_answer(node, request.app[RECEIVER], await node.recv(wait, until=closing))

@@ -450,7 +450,7 @@ class BridgeConnection(asyncio.Protocol):
             self._answer(wait)
             return
         closing = self.door.clients.closing(self.transport)
-        refusal = api.recv_refusal(self.door.receiver, closing)
+        refusal = api.recv_refusal(self.door.node, self.door.receiver, closing)
         if refusal is not None:
             self._answer(refusal)
             return
