@@ -213,11 +213,13 @@ class StreamSender:
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
+        seq = self.open_seq
+        assert seq is not None
         if self._open_on_wire:
             self._send_batch()
         else:
             body = self.body_so_far()
-            self._pending += (_MESSAGE.pack(MESSAGE, self._wire_seq[self.open_seq], body.length), *body.parts)
+            self._pending += (_MESSAGE.pack(MESSAGE, self._wire_seq[seq], body.length), *body.parts)
         self.open_seq = None
         self._release()
 
