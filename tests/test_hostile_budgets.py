@@ -73,3 +73,4 @@ def test_a_sequence_number_jump_resets_the_stream_and_every_sender_is_answered(t
     holds(report)
     assert jumps.jumped == 504 and jumps.far_start == [200, 200] and jumps.well_behaved == 200, jumps.text()
     assert jumps.refused["stream_seq_window", "stream"] == 3, jumps.text()  # the jump and its two repeats
+    assert (tmp_path / "target.log").read_text().count("(outside the window): reset") == 1  # one line per 10 s
