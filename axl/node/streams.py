@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from axl.budgets import MAX_STREAM_SESSIONS, MAX_STREAM_SESSIONS_PER_PEER, MAX_UNSUPPORTED, STREAM_WINDOW, BudgetUse
+from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW, BudgetUse
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key
@@ -602,9 +602,9 @@ class MessageStreams:
         sessions = self._sessions
         return [
             BudgetUse("stream_seq_window", "stream", STREAM_WINDOW, None, self.outside_window),
-            BudgetUse("stream_sessions", "peer", MAX_STREAM_SESSIONS_PER_PEER, sessions.most_held_by_one_peer(),
+            BudgetUse("stream_sessions", "peer", sessions.per_peer, sessions.most_held_by_one_peer(),
                       sessions.pushed_out["peer"]),
-            BudgetUse("stream_sessions", "node", MAX_STREAM_SESSIONS, len(sessions), sessions.pushed_out["node"]),
+            BudgetUse("stream_sessions", "node", sessions.capacity, len(sessions), sessions.pushed_out["node"]),
         ]
 
     def most_unanswered(self) -> int:
