@@ -72,10 +72,17 @@ MAX_REMEMBERED_SENDERS = 4096
 # The message stream: messages one connection may have unanswered. The
 # sender keeps to it; the receiver answers 503 to each message beyond it.
 # The receiver remembers as many answers per session, which is what lets it
-# repeat each one exactly after a reconnection.
+# repeat each one exactly after a reconnection. It is also how far a
+# session's sequence numbers may jump ahead of the highest the receiver has
+# seen: a sender numbers its messages as they go out, so one further ahead
+# breaks the protocol and the stream is reset.
 STREAM_WINDOW = 256
-# Sender sessions a receiver remembers (least recently used forgotten first).
+# Sender sessions a receiver remembers (least recently used forgotten
+# first), for the node and for each sender: a sender needs one per
+# destination it streams to at a time, and one minting session ids pushes
+# out only its own.
 MAX_STREAM_SESSIONS = 1024
+MAX_STREAM_SESSIONS_PER_PEER = 32
 # Destinations remembered as having no message stream port.
 MAX_UNSUPPORTED = 4096
 # MCP and A2A envelopes being dispatched to the local services at once
