@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.guard import BridgeGuard, unauthorized
+from axl.bridge.guard import BridgeGuard, PageGuard, unauthorized
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
@@ -70,6 +70,8 @@ class FrontDoor:
     full_application: Callable[[], asyncio.Future[ProtocolFactory]]
     # The Prometheus exposition and its content type: a scrape needs no full application.
     metrics: Callable[[], tuple[bytes, str]]
+    # What web pages may not send (a foreign Host or Origin).
+    pages: PageGuard
     # With a bridge token, the requests served here must carry it.
     guard: BridgeGuard | None = None
     connections: set[BridgeConnection] = field(default_factory=set)
@@ -308,15 +310,26 @@ class BridgeConnection(asyncio.Protocol):
         if route is None:
             self._hand_off()
             return False
-        if self.door.guard is not None and not self.door.guard.allows(head.authorization):
-            route = self._unauthorized
+        refusal = self._refusal(head)
         ahead.skip(length + len(HEAD_END))
         self._head = head
         self._started = time.monotonic()
         self._deadline = None
         self._state = _State.ANSWERING
-        route(head)
+        if refusal is None:
+            route(head)
+        else:
+            self._refuse(refusal)
         return True
+
+    def _refusal(self, head: RequestHead) -> Answer | None:
+        """The token's refusal (401), else the page guard's (403), else None,
+        as the full application's middlewares answer. The content type is
+        not asked: none of the routes here takes JSON."""
+        door = self.door
+        if door.guard is not None and not door.guard.allows(head.authorization):
+            return unauthorized(head.path)
+        return door.pages.refusal(head.method, head.path, head.host, head.origin, None)
 
     def _await_head(self) -> None:
         ahead = self.ahead
@@ -348,10 +361,10 @@ class BridgeConnection(asyncio.Protocol):
 
     # -- the routes --------------------------------------------------------
 
-    def _unauthorized(self, head: RequestHead) -> None:
-        """401; a /send body that came with it is never read, so the connection closes."""
+    def _refuse(self, refusal: Answer) -> None:
+        """A 401 or 403; a /send body that came with it is never read, so the connection closes."""
         self._close_after_answer = True
-        self._answer(unauthorized(head.path))
+        self._answer(refusal)
 
     def _topology(self, head: RequestHead) -> None:
         self._answer(api.topology_answer(self.door.node))
