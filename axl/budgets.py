@@ -113,6 +113,14 @@ WS_MAX_IN_FLIGHT = 256
 WS_MAX_IN_FLIGHT_BYTES = 64 * MiB
 WS_MAX_WINDOW = 1024
 
+# --- a local client, on the admin socket ----------------------------------------
+
+# One admin request: larger ones are refused (the biggest real one is an
+# addPeer with a long URI), and one begun must be whole within the deadline,
+# else the connection closes with a log line.
+ADMIN_MAX_REQUEST = 64 * KiB
+ADMIN_REQUEST_TIMEOUT = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetUse:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import time
 from pathlib import Path
 
 import pytest
 
+from axl.budgets import ADMIN_REQUEST_TIMEOUT
 from axl.build import build_fields
 from axl.harness import free_port
 from nodes import Cluster, admin_call, wait_until
@@ -183,3 +185,43 @@ def test_unix_socket_is_group_only_and_removed_on_stop(tmp_path):
     finally:
         node.stop()
     assert not Path(path).exists()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_trickled_request_is_closed_at_its_deadline(trio):
+    """A client that keeps sending a request a few bytes at a time, never
+    finishing it, is cut off ADMIN_REQUEST_TIMEOUT after it began, though
+    it is never idle; the node says so in one line and goes on answering."""
+    _, b, _ = trio
+    host, _, port = endpoint(b)[len("tcp://"):].rpartition(":")
+    cpu_before = cpu_seconds(b.process.pid)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b'{"request": "getSelf", "arguments": {"note": "')
+        began = time.monotonic()
+        sent = 0
+        closed = False
+        while time.monotonic() - began < ADMIN_REQUEST_TIMEOUT + 10:
+            try:
+                sock.sendall(b"x" * 20)
+                sent += 20
+                sock.settimeout(0.02)
+                if sock.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+        held = time.monotonic() - began
+    print(f"trickled {sent} bytes over {held:.1f} s; node CPU {cpu_seconds(b.process.pid) - cpu_before:.2f} s")
+    assert closed, f"the connection was still open after {held:.1f} s"
+    assert ADMIN_REQUEST_TIMEOUT - 1 <= held <= ADMIN_REQUEST_TIMEOUT + 5
+    wait_until(lambda: "admin socket: closed a connection whose request was not whole within 10s"
+               in b.log_path.read_text(), 5, what="the log line")
+    assert ask(b, "getSelf")["key"] == b.peer_id

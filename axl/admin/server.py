@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from axl.admin.commands import AdminNode, CommandError, run_command
 from axl.admin.protocol import AdminRequest, BadRequest, RequestReader, render
+from axl.budgets import ADMIN_REQUEST_TIMEOUT
 from axl.config import AdminAddress
 from axl.localsocket import bind_unix_socket, is_loopback, remove_socket
 from axl.tasks import start_task
@@ -116,17 +117,32 @@ class AdminServer:
             writer.close()
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer requests in order until one does not ask to keep the connection."""
+        """Answer requests in order until one does not ask to keep the connection.
+        A request begun must be whole within ADMIN_REQUEST_TIMEOUT."""
         requests = RequestReader()
+        loop = asyncio.get_running_loop()
+        begun: float | None = None
         while True:
-            data = await asyncio.wait_for(reader.read(READ_SIZE), IDLE_TIMEOUT)
+            wait = IDLE_TIMEOUT if begun is None else begun + ADMIN_REQUEST_TIMEOUT - loop.time()
+            try:
+                data = await asyncio.wait_for(reader.read(READ_SIZE), wait)
+            except asyncio.TimeoutError:
+                if begun is not None:
+                    log.info("admin socket: closed a connection whose request was not whole within %gs "
+                             "(%d bytes)", ADMIN_REQUEST_TIMEOUT, requests.pending)
+                return
             if not data:
                 return
-            for request in requests.feed(data):
+            answered = requests.feed(data)
+            for request in answered:
                 writer.write(await self._answer(request))
                 await writer.drain()
                 if isinstance(request, BadRequest) or not request.keepalive:
                     return
+            if not requests.pending:
+                begun = None
+            elif begun is None or answered:
+                begun = loop.time()
 
     async def _answer(self, request: AdminRequest | BadRequest) -> bytes:
         if isinstance(request, BadRequest):

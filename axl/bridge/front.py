@@ -36,13 +36,12 @@ from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_hea
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
 from axl.observe.httpstats import HttpStats
+from axl.readbuffer import ReadBuffer
 
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
 KEEPALIVE_TIMEOUT = 75.0
-# A buffer of read-ahead is compacted once this much of it has been served.
-COMPACT_AFTER = 64 << 10
 # Pipelined requests served one after another before the event loop gets a
 # turn: 64 connections pipelining /topology at 32 each held /health 1.7 s.
 REQUESTS_PER_TURN = 8
@@ -97,74 +96,29 @@ class FrontDoor:
             connection.close()
 
 
-class ReadAhead:
-    """Bytes read from one client and not yet served, with the door's total
-    kept in step.
-
-    One buffer with a read offset: serving a request off the front costs the
-    request's length, not the buffer's (slicing the rest of an immutable
-    buffer after each request, and concatenating each read onto all of it,
-    made a client pipelining small requests cost time quadratic in what it
-    had sent). Data that arrives while nothing waits is kept as it came,
-    uncopied. The search for a head's end resumes where the last one stopped.
-    """
+class ReadAhead(ReadBuffer):
+    """Bytes read from one client and not yet served (axl.readbuffer), with
+    the door's total kept in step."""
 
     def __init__(self, door: FrontDoor) -> None:
+        super().__init__()
         self._door = door
-        self._data: bytes | bytearray = b""
-        self._pos = 0
-        self._searched = 0  # no head ends before this offset
-
-    def __len__(self) -> int:
-        return len(self._data) - self._pos
 
     def append(self, data: bytes) -> None:
         self._door.read_ahead += len(data)
-        if not len(self):
-            self._data, self._pos, self._searched = data, 0, 0
-            return
-        if isinstance(self._data, bytes):
-            self._data = bytearray(memoryview(self._data)[self._pos:])
-            self._searched -= self._pos
-            self._pos = 0
-        self._data += data
+        super().append(data)
 
     def head_length(self) -> int | None:
         """The length of the whole request head at the front (its final blank
         line not counted), or None while its end has not arrived."""
-        end = self._data.find(HEAD_END, max(self._pos, self._searched))
-        if end < 0:
-            self._searched = max(self._pos, len(self._data) - len(HEAD_END) + 1)
-            return None
-        return end - self._pos
+        return self.find(HEAD_END)
 
     def starts_like_a_request(self) -> bool:
-        return self._data[self._pos:self._pos + 1].isupper()
-
-    def peek(self, length: int) -> bytes:
-        return bytes(self._data[self._pos:self._pos + length])
-
-    def take(self, length: int) -> bytes:
-        if self._pos == 0 and length == len(self._data) and isinstance(self._data, bytes):
-            data = self._data
-        else:
-            data = self.peek(length)
-        self.skip(length)
-        return data
-
-    def take_all(self) -> bytes:
-        return self.take(len(self))
+        return self.data[self.front:self.front + 1].isupper()
 
     def skip(self, length: int) -> None:
         self._door.read_ahead -= length
-        self._pos += length
-        if self._pos == len(self._data):
-            self._data, self._pos, self._searched = b"", 0, 0
-        elif (self._pos >= COMPACT_AFTER and self._pos * 2 >= len(self._data)
-              and isinstance(self._data, bytearray)):
-            del self._data[:self._pos]
-            self._searched = max(0, self._searched - self._pos)
-            self._pos = 0
+        super().skip(length)
 
     def release(self) -> None:
         """The connection closed: what it held no longer counts."""
