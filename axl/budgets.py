@@ -91,6 +91,11 @@ DISPATCH_BYTES_PER_NODE = 64 * MiB
 
 # --- a local client, on the bridge --------------------------------------------
 
+# Peers added at run time (POST /peers, the admin socket's addPeer) and not
+# removed since: each holds a dialer retrying for good. Beyond it an add is
+# refused (503, or the admin error) until one is removed.
+MAX_RUNTIME_PEERS = 256
+
 # Lookups under way for destinations without a path (rumors). Only local
 # sends make them: this bounds a client sending to ever new keys; beyond it
 # a send to a new key waits for its lookup timeout (502).

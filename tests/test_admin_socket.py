@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from axl.budgets import ADMIN_REQUEST_TIMEOUT
+from axl.budgets import ADMIN_REQUEST_TIMEOUT, MAX_RUNTIME_PEERS
 from axl.build import build_fields
 from axl.harness import free_port
-from nodes import Cluster, admin_call, wait_until
+from axl.link.manager import NODE_LOG_LINES, NODE_LOG_WINDOW
+from nodes import Cluster, admin_call, metric_samples, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +226,41 @@ def test_a_trickled_request_is_closed_at_its_deadline(trio):
     wait_until(lambda: "admin socket: closed a connection whose request was not whole within 10s"
                in b.log_path.read_text(), 5, what="the log line")
     assert ask(b, "getSelf")["key"] == b.peer_id
+
+
+def test_peers_added_at_run_time_have_a_budget(tmp_path):
+    """Beyond MAX_RUNTIME_PEERS, POST /peers answers 503 and addPeer an
+    error, each saying why, until one is removed; /metrics shows the budget,
+    and the dialers failing all the while write few log lines."""
+    cluster = Cluster(tmp_path)
+    node = cluster.add("n", listen=False, extra={"AdminListen": f"unix://{tmp_path}/n-admin.sock"})
+    node.start()
+    try:
+        started = time.monotonic()
+        # Nothing listens on port 9 of these loopback addresses: every dial is refused at once.
+        uris = [f"tls://127.77.{index // 200}.{index % 200 + 1}:9" for index in range(MAX_RUNTIME_PEERS + 1)]
+        json_type = {"Content-Type": "application/json"}
+        for uri in uris[:-2]:
+            assert node.request("POST", "/peers", json.dumps({"uri": uri}).encode(), json_type)[0] == 200
+        assert ask(node, "addPeer", uri=uris[-2]) == {}
+        status, _, text = node.request("POST", "/peers", json.dumps({"uri": uris[-1]}).encode(), json_type)
+        budget_line = f"this node already has {MAX_RUNTIME_PEERS} peers added at run time, its budget; remove one first"
+        assert (status, text.decode()) == (503, budget_line + "\n")
+        refused = admin_call(endpoint(node), "addPeer", uri=uris[-1])
+        assert refused["status"] == "error" and refused["error"] == budget_line
+        metrics = metric_samples(node.request("GET", "/metrics")[2].decode())
+        labels = (("budget", "runtime_peers"), ("scope", "node"))
+        assert metrics[("axl_budget_limit", labels)] == MAX_RUNTIME_PEERS
+        assert metrics[("axl_budget_in_use", labels)] == MAX_RUNTIME_PEERS
+        assert metrics[("axl_budget_refused_total", labels)] == 2
+        assert ask(node, "removePeer", uri=uris[0]) == {}
+        assert ask(node, "addPeer", uri=uris[-1]) == {}
+
+        wait_until(lambda: "more dial failure(s) not logged" in node.log_path.read_text(), 2 * NODE_LOG_WINDOW,
+                   what="the summary of the dial failures not logged")
+        windows = (time.monotonic() - started) / NODE_LOG_WINDOW + 1
+        dial_lines = [line for line in node.log_path.read_text().splitlines() if "dial tls://127.77." in line]
+        assert len(dial_lines) <= NODE_LOG_LINES * windows, len(dial_lines)
+        assert all("(retrying in " in line for line in dial_lines)
+    finally:
+        node.stop()
