@@ -128,7 +128,7 @@ def _page_refusal(host: str, origin: str, loopback: bool) -> str | None:
     the Host the request names (its dashboard's requests carry it)."""
     if loopback and host and not is_loopback(_host_name(host)):
         return (f"refused: Host {host!r} is not a loopback name; this bridge answers requests "
-                f"for localhost, 127.0.0.1 or [::1] only (DNS rebinding)")
+                f"for localhost, 127.0.0.0/8 or [::1] only (DNS rebinding)")
     if origin and (not host or origin.lower() != f"http://{host.lower()}"):
         return (f"refused: Origin {origin!r} is not this bridge's own; "
                 f"web pages of other sites may not use the bridge")
