@@ -129,7 +129,7 @@ def run(argv: list[str]) -> int:
     from axl.daemon import build_dispatcher, run_daemon
     from axl.dependencies import UnsupportedDependency, check_private_surfaces
     from axl.node import Node, validate_config
-    from axl.node.store import StoreError, open_inbox
+    from axl.node.store import NotThisNodesInbox, StoreError, open_inbox
 
     try:
         config = load_config(args.config) if args.config else None
@@ -152,7 +152,7 @@ def run(argv: list[str]) -> int:
         inbox_store = open_inbox(config, identity)
     except (ConfigError, StoreError) as exc:
         print(f"axl-node: {exc}", file=sys.stderr)
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+        return EXIT_CONFIG if isinstance(exc, (ConfigError, NotThisNodesInbox)) else EXIT_FAILURE
     if token_origin:
         logging.getLogger("axl.bridge").info("bridge requests need the token (from %s)", token_origin)
     dispatcher = build_dispatcher(config)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -243,5 +245,116 @@ def test_a_disk_that_fills_up_refuses_new_messages_and_loses_none(tmp_path: Path
         filler.unlink()
         wait_until(lambda: sender.send(receiver.peer_id, b"after")[0] == 200, 20, what="a commit again")
         assert drain(receiver) == [*accepted, b"after"]
+    finally:
+        cluster.stop_all()
+
+
+def test_a_second_node_given_the_file_by_another_name_stops_at_start_up(tmp_path: Path) -> None:
+    """The lock is the file's, whatever name the config gives it: a symbolic
+    link to it is the same file, and a hard link (a second name SQLite would
+    keep a second WAL beside) is refused outright."""
+    inbox = tmp_path / "inbox.sqlite3"
+    config = write_config(tmp_path, "first", inbox_path=str(inbox))
+    first = NodeProcess("first", config, json.loads(config.read_text())["api_port"], None, tmp_path / "first.log")
+    first.start()
+    (tmp_path / "elsewhere").mkdir()
+    linked = tmp_path / "elsewhere" / "inbox.sqlite3"
+    linked.symlink_to(inbox)
+    try:
+        log = tmp_path / "second.log"
+        process = start_and_wait(write_config(tmp_path, "first", inbox_path=str(linked)), log)
+        assert process.returncode == 1
+        [line] = error_lines(log)
+        assert "another process has it open" in line and "its own inbox_path" in line
+    finally:
+        first.stop()
+    hard = tmp_path / "elsewhere" / "hard.sqlite3"
+    hard.hardlink_to(inbox)
+    log = tmp_path / "third.log"
+    process = start_and_wait(write_config(tmp_path, "first", inbox_path=str(hard)), log)
+    assert process.returncode == 1
+    [line] = error_lines(log)
+    assert "the file has 2 names (hard links)" in line
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_costs_no_cpu(tmp_path: Path) -> None:
+    """Another process's read transaction (an sqlite3 shell) keeps the WAL
+    from starting over; past its cap the node refuses new messages in time,
+    retries the checkpoint after a back-off (not back to back), says so in
+    one log line, and takes messages again once the reader is gone."""
+    cluster = Cluster(tmp_path)
+    node = cluster.add("a")
+    node.start()
+    try:
+        assert node.send(node.peer_id, b"warm-up")[0] == 200
+        assert drain(node) == [b"warm-up"]
+        reader = sqlite3.connect(cluster.inbox_path("a"), isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()
+        big = 15 << 20  # five of them: past the WAL's cap of 16,000 pages
+        for number in range(5):
+            assert node.send(node.peer_id, bytes([number]) * big)[0] == 200
+        statuses = []
+        for _ in range(20):
+            statuses.append(node.send(node.peer_id, b"small", timeout=20)[0])
+            if statuses[-1] == 503:
+                break
+            time.sleep(0.2)
+        assert statuses[-1] == 503, statuses
+        idle_from = cpu_seconds(node.process.pid)
+        time.sleep(4)
+        assert cpu_seconds(node.process.pid) - idle_from < 1.0  # no checkpoints back to back
+        assert node.log_path.read_text().count("cannot be emptied") == 1
+        reader.rollback()
+        reader.close()
+        wait_until(lambda: node.send(node.peer_id, b"after")[0] == 200, 20, what="messages taken again")
+        got = drain(node)
+        assert [len(payload) for payload in got[:5]] == [big] * 5 and got[-1] == b"after"
+        assert "was emptied: new messages are taken again" in node.log_path.read_text()
+    finally:
+        cluster.stop_all()
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
+def test_a_full_disk_stops_recv_handing_out_what_it_cannot_delete(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    receiver = cluster.add("r", extra={"inbox_path": str(disk / "inbox.sqlite3")})
+    receiver.process = spawn_node(receiver.config_path, receiver.log_path, command=on_small_disk(disk, "2m"))
+    STARTED.append(receiver)
+    try:
+        wait_until(lambda: receiver.get_json("/topology"), 20, what="r's bridge")
+        receiver.peer_id = receiver.get_json("/topology")["our_public_key"]
+        sent = [b"m%02d" % number for number in range(16)]
+        for payload in sent:
+            assert receiver.send(receiver.peer_id, payload)[0] == 200
+        filler = Path(f"/proc/{receiver.process.pid}/root") / disk.relative_to("/") / "filler"
+        fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left"):
+                while True:  # to the last block
+                    os.write(fill, bytes(4096))
+        finally:
+            os.close(fill)
+        handed_out, answer = [], None
+        for _ in sent:
+            status, _headers, body = receiver.recv(0)
+            if status != 200:
+                answer = (status, body)
+                break
+            handed_out.append(body)
+        assert len(handed_out) <= 2, "/recv handed out messages whose deletions cannot commit"
+        assert answer is not None and answer[0] == 503
+        assert b"the inbox cannot record deliveries (database or disk is full)" in answer[1]
+        filler.unlink()
+        wait_until(lambda: receiver.recv(0)[0] != 503, 20, what="/recv hands out messages again")
+        assert receiver.log_path.read_text().count("inbox: cannot commit to") == 1
     finally:
         cluster.stop_all()

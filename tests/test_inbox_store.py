@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
-from axl.config import ConfigError
 from axl.node import journal
+from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
                                 StreamSender)
-from axl.node.store import CHECKPOINT_PAGES, InboxStore, StoreError
+from axl.node.store import CHECKPOINT_PAGES, InboxStore, NotThisNodesInbox, StoreError
 
 OWNER = b"\x0a" * 32
 SENDER = b"\x01" * 32
@@ -96,6 +97,33 @@ async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path) -> None:
     inbox.close()
 
 
+async def test_what_arrives_during_a_threaded_commit_that_fails_is_tried_at_once(tmp_path: Path, monkeypatch) -> None:
+    """With inbox_sync "full" a commit runs on the store's thread and what
+    arrives meanwhile waits for it. When that commit fails (a full disk: made
+    to fail here, once), what waited is tried at once: not stranded until
+    another message comes, while its sender times out."""
+    store = InboxStore.open(tmp_path / "inbox.sqlite3", "full", OWNER)
+    inbox = Inbox(100, 1 << 20, store)
+    commit = store.commit
+
+    def full_disk_once() -> None:
+        monkeypatch.setattr(store, "commit", commit)
+        time.sleep(0.2)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "commit", full_disk_once)
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"fails")
+    await asyncio.sleep(0)  # its commit is under way on the store's thread
+    outcomes.offer(inbox, b"meanwhile")
+    deadline = time.monotonic() + 10
+    while len(outcomes.settled) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert outcomes.settled == [(b"fails", False), (b"meanwhile", True)]
+    assert inbox.get_nowait().payload == b"meanwhile"
+    inbox.close()
+
+
 async def test_the_wal_is_checkpointed_off_the_loop_as_it_grows(tmp_path: Path) -> None:
     """SQLite's own checkpoints would flush the disk inside a commit, on the
     event loop; the store's checkpoint thread does them instead, and the WAL
@@ -121,12 +149,12 @@ async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
     outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))  # its commit starts a checkpoint
     while not outcomes.settled:
         await asyncio.sleep(0)
-    assert inbox.journal._checkpointing is not None
+    assert inbox.journal._checkpoint is not None
     outcomes.offer(inbox, b"meanwhile")
     while len(outcomes.settled) < 2:
         await asyncio.sleep(0)
     assert outcomes.settled[1] == (b"meanwhile", True)
-    assert inbox.journal._checkpointing is not None  # still copying the first
+    assert inbox.journal._checkpoint is not None  # still copying the first
     await settle(inbox)
     inbox.close()
 
@@ -139,10 +167,12 @@ async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: 
     inbox = Inbox(10_000, 1 << 30, open_store(path))
     outcomes = Outcomes()
     outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))
-    while inbox.journal._busy is None:  # the checkpoint that found the WAL long, then the one that empties it
+    # the checkpoint that found the WAL long, then the one that empties it
+    while not (inbox.journal.state is JournalState.EMPTYING and inbox.journal._checkpoint is not None):
         await asyncio.sleep(0.001)
     outcomes.offer(inbox, b"waits")
-    assert len(inbox.journal._staged) == 1 and not inbox.journal._commit_scheduled
+    await asyncio.sleep(0)
+    assert len(inbox.journal._staged) == 1  # its commit waits for the checkpoint
     await settle(inbox)
     assert outcomes.settled[1] == (b"waits", True)
     assert path.with_name(path.name + "-wal").stat().st_size < 64 << 10
@@ -266,11 +296,11 @@ def test_a_database_that_is_not_an_inbox_is_refused_unchanged(tmp_path: Path) ->
     assert path.read_bytes() == before
 
 
-def test_another_nodes_inbox_is_a_config_error(tmp_path: Path) -> None:
+def test_another_nodes_inbox_is_refused_as_not_this_nodes(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
     open_store(path).close()
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match=r"^inbox_path: .* is the inbox of node 0a0a0a0a0a0a0a0a…, not of this node"):
+    with pytest.raises(NotThisNodesInbox, match=r"^inbox_path: .* is the inbox of node 0a0a0a0a0a0a0a0a…, not of this node"):
         open_store(path, owner=b"\x0b" * 32)
     assert path.read_bytes() == before
 

@@ -94,21 +94,30 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     wait = api.recv_wait(request.query.get("wait", "0"))
     if isinstance(wait, Answer):
         return response_for(wait)
-    closing = request.app[CLIENTS].closing(request.transport)
-    refusal = api.recv_refusal(request.app[RECEIVER], closing)
+    clients = request.app[CLIENTS]
+    closing = clients.closing(request.transport)
+    refusal = api.recv_refusal(node, request.app[RECEIVER], closing)
     if refusal is not None:
         return response_for(refusal)
     answer, message = api.recv_answer(node, request.app[RECEIVER], await node.recv(wait, until=closing))
     response = response_for(answer)
     if message is None:
         return response
+    handoff = clients.handoff(request.transport)
+    if handoff is None or request.transport is None or request.transport.is_closing():
+        api.left_before_delivery(node, message)
+        return response
+    handoff.written(message)  # the connection's end settles it from now on (axl.bridge.handoff)
     try:
         await response.prepare(request)
         await response.write_eof()
-    except (ConnectionError, ClientConnectionError, asyncio.CancelledError):
-        api.left_before_delivery(node, message)
+    except asyncio.CancelledError:
+        api.unwritten(node, handoff, message)
         raise
-    node.delivered([message])
+    except (ConnectionError, ClientConnectionError):
+        # The client left while the answer was written: aiohttp takes the
+        # response back as a client gone, with no traceback for an everyday event.
+        api.unwritten(node, handoff, message)
     return response
 
 

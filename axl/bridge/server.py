@@ -25,7 +25,8 @@ log = logging.getLogger("axl.bridge")
 UNIX_SOCKET_MODE = 0o600
 ANSWER_STOP_TIMEOUT = 2.0
 """How long a stopping bridge waits for the front door's answers under way
-(a /send waiting for its acknowledgement) before closing their connections."""
+(a /send waiting for its acknowledgement), and then for the clients of /recv
+answers not yet proven received to end their connections, before closing them."""
 
 
 class BridgeServer:
@@ -102,6 +103,9 @@ class BridgeServer:
             await self._full_app.stop()
         deadline = time.monotonic() + ANSWER_STOP_TIMEOUT
         while self._door.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self._door.finish_all()
+        while self._door.handing_over() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         self._door.close_all()
         self.observatory.cleanup()

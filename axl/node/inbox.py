@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 
-from axl.node.journal import Journal, Settled, StreamOrigin
+from axl.node.journal import InboxMessage, Journal, Settled, StreamOrigin
 from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
 from axl.node.store import InboxStore
@@ -32,15 +31,6 @@ from axl.node.store import InboxStore
 # From a commit into the WAL (well under a millisecond) to one flushed to a
 # slow disk under load.
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
-
-@dataclass(frozen=True)
-class InboxMessage:
-    """One queued message; `id` is its own for life, so a redelivery carries the same id."""
-
-    id: int
-    sender: bytes
-    payload: bytes
 
 
 class Inbox:
@@ -87,6 +77,12 @@ class Inbox:
         """The message stream sessions whose messages a durable inbox committed
         (after a restart: before it), as the stream's receiver remembers them."""
         return self.journal.session_records() if self.journal is not None else []
+
+    @property
+    def delivery_refusal(self) -> str | None:
+        """Why no message may be handed to a client now (a durable inbox that
+        cannot commit deletions: it would deliver them again), or None."""
+        return self.journal.delivery_refusal if self.journal is not None else None
 
     def has_room(self, size: int) -> bool:
         """Would a message of `size` bytes fit? An inbox holding nothing takes any size."""

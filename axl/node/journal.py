@@ -10,6 +10,9 @@ and batches are committed in the order they were gathered. Only once its
 batch is committed is a message handed to the inbox's queue and its sender
 answered; if the commit fails (a full disk), the message is refused instead,
 never acknowledged, and the batch's deletions wait for the next commit.
+
+What the journal does next depends on one `JournalState`; `_enter` makes
+every change of it, and logs those an operator must hear of, once each.
 """
 
 from __future__ import annotations
@@ -20,21 +23,21 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 from functools import partial
-from typing import TYPE_CHECKING
 
 from axl.node.msgstream import SessionKey, SessionRecord
 from axl.node.stats import Histogram
-from axl.node.store import WAL_CAP_PAGES, Batch, CommittedSession, CommittedSessions, InboxStore
-
-if TYPE_CHECKING:
-    from axl.node.inbox import InboxMessage
+from axl.node.store import (WAL_CAP_PAGES, Batch, Checkpointed, CommittedSession, CommittedSessions,
+                            InboxStore)
 
 log = logging.getLogger("axl.inbox")
 
-# After a failed commit, deletions wait this long before the next try (new
-# messages try at once, and are refused while commits fail).
-RETRY_SECONDS = 1.0
+# After a failed commit, or a checkpoint that could not empty the WAL, the
+# next try waits this long, doubled after each failure up to the most
+# (new messages try at once while commits fail).
+RETRY_FIRST_SECONDS = 0.1
+RETRY_MOST_SECONDS = 5.0
 
 # Told whether a message was stored (True: answer its sender "queued").
 Settled = Callable[[bool], None]
@@ -42,11 +45,64 @@ Settled = Callable[[bool], None]
 StreamOrigin = tuple[int, int]
 
 
+@dataclass(frozen=True)
+class InboxMessage:
+    """One queued message; `id` is its own for life, so a redelivery carries the same id."""
+
+    id: int
+    sender: bytes
+    payload: bytes
+
+
+class JournalState(Enum):
+    """What the journal does with new messages, deliveries and checkpoints."""
+
+    # Batches commit as they gather.
+    READY = "ready"
+    # The WAL reached WAL_CAP_PAGES: commits wait for a checkpoint that empties it.
+    EMPTYING = "emptying"
+    # That checkpoint could not empty it (another process reads the file): new
+    # messages are refused, deliveries commit, the checkpoint is tried again after a back-off.
+    WAL_HELD = "wal held"
+    # The last commit failed (a full disk): new messages try at once (and are
+    # refused while commits fail), the rest after a back-off; no client is handed a message.
+    FAILING = "failing"
+    CLOSED = "closed"
+
+
+# From each state, those the journal may go to.
+_TRANSITIONS: dict[JournalState, frozenset[JournalState]] = {
+    JournalState.READY: frozenset({JournalState.EMPTYING, JournalState.FAILING, JournalState.CLOSED}),
+    JournalState.EMPTYING: frozenset({JournalState.READY, JournalState.WAL_HELD, JournalState.FAILING,
+                                      JournalState.CLOSED}),
+    JournalState.WAL_HELD: frozenset({JournalState.EMPTYING, JournalState.FAILING, JournalState.CLOSED}),
+    JournalState.FAILING: frozenset({JournalState.READY, JournalState.CLOSED}),
+    JournalState.CLOSED: frozenset(),
+}
+
+
 @dataclass
 class _Staged:
     message: InboxMessage
     origin: StreamOrigin | None
     settled: Settled
+
+
+@dataclass
+class Backoff:
+    """The wait before the next try after a failure: doubled each time, up to `most`."""
+
+    first: float = RETRY_FIRST_SECONDS
+    most: float = RETRY_MOST_SECONDS
+    tries: int = 0
+
+    def next_wait(self) -> float:
+        wait = min(self.most, self.first * 2 ** min(self.tries, 32))
+        self.tries += 1
+        return wait
+
+    def reset(self) -> None:
+        self.tries = 0
 
 
 class Journal:
@@ -66,15 +122,15 @@ class Journal:
         # The stream sessions' messages as committed (what a restart would find).
         self._sessions = CommittedSessions()
         self._forgotten: list[SessionKey] = []
-        # what commits wait for: a commit with inbox_sync "full", or a checkpoint that empties the WAL
-        self._busy: asyncio.Future | None = None
-        self._checkpointing: asyncio.Future | None = None
-        self._truncate = False  # the WAL grew long all the same: the next checkpoint empties it
-        self._commit_scheduled = False
+        self.state = JournalState.READY
+        self._why = ""  # what went wrong, in FAILING and WAL_HELD
+        # Work under way on the store's threads: a commit (inbox_sync "full"), a checkpoint.
+        self._commit_under_way: asyncio.Future | None = None
+        self._checkpoint: asyncio.Future | None = None
+        # The next step at the end of this loop turn, and the next try after a failure.
+        self._next_step: asyncio.Handle | None = None
         self._retry: asyncio.TimerHandle | None = None
-        self._failing = False
-        self._failures = 0
-        self._closed = False
+        self._backoff = Backoff()
         for key, session in sessions:
             self._keep(key, session)
 
@@ -83,29 +139,103 @@ class Journal:
         them (MessageStreams.restore_sessions), least recently written first."""
         return [(*key, session.record()) for key, session in self._sessions.items()]
 
+    @property
+    def delivery_refusal(self) -> str | None:
+        """Why no client may be handed a message now (its deletion could not
+        be committed, so it would be delivered again after a restart), or None."""
+        if self.state is JournalState.FAILING:
+            return f"the inbox cannot record deliveries ({self._why}): no message is handed out until it can"
+        return None
+
     def add(self, message: InboxMessage, origin: StreamOrigin | None, settled: Settled) -> None:
         self._last_id = max(self._last_id, message.id)
+        if self.state is JournalState.WAL_HELD:
+            self._refuse([_Staged(message, origin, settled)])
+            return
         self._staged.append(_Staged(message, origin, settled))
-        self._commit_soon()
+        self._step_soon()
 
     def delete(self, message_id: int) -> None:
         self._deletes.append(message_id)
-        self._commit_soon()
+        if self.state is not JournalState.FAILING:  # else with the next try
+            self._step_soon()
+
+    # -- the state, and its changes ------------------------------------------------
+
+    def _enter(self, state: JournalState, why: str = "") -> None:
+        """Change the state (the only place that does), logging what an
+        operator must hear of once per episode, not once per try."""
+        before = self.state
+        if state is before:
+            return
+        assert state in _TRANSITIONS[before], f"inbox journal: {before} -> {state}"
+        self.state = state
+        if why:
+            self._why = why
+        held_before = self._backoff.tries > 0
+        if state is JournalState.FAILING:
+            log.error("inbox: cannot commit to %s (%s): new messages are refused (503) and /recv hands "
+                      "out none until a commit succeeds", self.store.path, why)
+        elif state is JournalState.WAL_HELD and not held_before:
+            log.error("inbox: the WAL of %s is over its cap of %d pages and cannot be emptied (%s): new "
+                      "messages are refused (503) until it can; trying again every %g s at most",
+                      self.store.path, WAL_CAP_PAGES, why, RETRY_MOST_SECONDS)
+        elif state is JournalState.READY and before is JournalState.FAILING:
+            log.info("inbox: commits succeed again")
+        elif state is JournalState.READY and held_before:
+            log.info("inbox: the WAL of %s was emptied: new messages are taken again", self.store.path)
+        if state in (JournalState.READY, JournalState.CLOSED):
+            self._backoff.reset()
+            if self._retry is not None:
+                self._retry.cancel()
+                self._retry = None
+        if state is JournalState.CLOSED and self._next_step is not None:
+            self._next_step.cancel()
+            self._next_step = None
+
+    def _step_soon(self) -> None:
+        """The next step, at the end of this loop turn."""
+        if self._next_step is None and self.state is not JournalState.CLOSED:
+            self._next_step = asyncio.get_running_loop().call_soon(self._step)
+
+    def _retry_later(self) -> None:
+        """Try again after a back-off: a commit (FAILING) or emptying the WAL (WAL_HELD)."""
+        if self._retry is None and self.state is not JournalState.CLOSED:
+            self._retry = asyncio.get_running_loop().call_later(self._backoff.next_wait(), self._retried)
+
+    def _retried(self) -> None:
+        self._retry = None
+        if self.state is JournalState.WAL_HELD:
+            self._enter(JournalState.EMPTYING)
+        self._step_soon()
+
+    def _commits_wait_for(self) -> asyncio.Future | None:
+        """What the next commit must wait for: the commit under way, or a
+        checkpoint that empties the WAL (it takes SQLite's write lock)."""
+        if self._commit_under_way is not None:
+            return self._commit_under_way
+        if self.state is JournalState.EMPTYING:
+            return self._checkpoint
+        return None
+
+    def _step(self) -> None:
+        """Do what the state says is next: empty the WAL, or commit."""
+        self._next_step = None
+        if self.state is JournalState.CLOSED or self._commits_wait_for() is not None:
+            return
+        if self.state is JournalState.EMPTYING:
+            self._start_checkpoint(truncate=True)
+        elif self._pending or self.state is JournalState.FAILING:
+            # In FAILING with nothing waiting, a commit of nothing finds out whether the disk has room.
+            self._commit()
 
     @property
     def _pending(self) -> bool:
         return bool(self._staged or self._deletes or self._forgotten)
 
-    def _commit_soon(self) -> None:
-        """Commit at the end of this loop turn, or once the store's thread is free."""
-        if self._busy is None and not self._commit_scheduled:
-            self._commit_scheduled = True
-            asyncio.get_running_loop().call_soon(self._commit)
+    # -- commits -------------------------------------------------------------------
 
     def _commit(self) -> None:
-        self._commit_scheduled = False
-        if self._closed or self._busy is not None or not self._pending:
-            return
         store = self.store
         staged, self._staged = self._staged, []
         batch = Batch(inserts=[(s.message.id, s.message.sender, s.message.payload) for s in staged],
@@ -116,8 +246,8 @@ class Journal:
         try:
             store.stage(batch)
             if store.commits_in_thread:
-                self._busy = asyncio.wrap_future(store.commit_in_thread())
-                self._busy.add_done_callback(partial(self._committed, staged, batch, started))
+                self._commit_under_way = asyncio.wrap_future(store.commit_in_thread())
+                self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
                 return
             store.commit()
         except sqlite3.Error as exc:
@@ -127,7 +257,7 @@ class Journal:
         self._stored(staged, batch, started)
 
     def _committed(self, staged: list[_Staged], batch: Batch, started: float, done: asyncio.Future) -> None:
-        self._busy = None
+        self._commit_under_way = None
         error = done.exception()
         if error is not None:
             self.store.abandon()
@@ -138,42 +268,34 @@ class Journal:
     def _stored(self, staged: list[_Staged], batch: Batch, started: float) -> None:
         """A batch is committed: its messages are queued and their senders answered."""
         self.commit_seconds.observe(time.monotonic() - started)
-        if self._failing:
-            self._failing = False
-            log.info("inbox: commits succeed again")
+        if self.state is JournalState.FAILING:
+            self._enter(JournalState.READY)
         for key, session in batch.sessions.items():
             self._keep(key, session)
         for entry in staged:
             self._on_stored(entry.message)
             entry.settled(True)
         self._checkpoint_if_due()
-        if self._pending:
-            self._commit_soon()
+        if self._pending or self.state is JournalState.EMPTYING:
+            self._step_soon()
 
-    def _checkpoint_if_due(self) -> None:
-        """Start a checkpoint when the WAL has grown by CHECKPOINT_PAGES: one
-        that commits wait for if the WAL would not start over otherwise."""
-        if self._checkpointing is not None or not (self._truncate or self.store.checkpoint_due):
-            return
-        if self._truncate and self._busy is not None:
-            return  # after the commit under way
-        self._checkpointing = asyncio.wrap_future(self.store.checkpoint_in_thread(truncate=self._truncate))
-        if self._truncate:
-            self._busy = self._checkpointing
-        self._checkpointing.add_done_callback(self._checkpointed)
+    def _failed(self, staged: list[_Staged], batch: Batch, error: BaseException) -> None:
+        """A commit failed (a full disk): its messages are refused, never
+        acknowledged; its deletions wait for the next try. What was staged
+        meanwhile (a commit on the store's thread) tries at once."""
+        if self.state is not JournalState.CLOSED:
+            self._enter(JournalState.FAILING, str(error))
+        self._refuse(staged)
+        self._deletes[:0] = batch.deletes
+        self._forgotten[:0] = batch.forgotten
+        if self._staged:
+            self._step_soon()
+        self._retry_later()
 
-    def _checkpointed(self, done: asyncio.Future) -> None:
-        self._checkpointing = None
-        if self._busy is done:
-            self._busy = None
-        if done.exception() is not None:
-            log.warning("inbox: checkpoint of %s failed (%s); its WAL grows until one succeeds",
-                        self.store.path, done.exception())
-        else:
-            self._truncate = done.result() >= WAL_CAP_PAGES
-        self._checkpoint_if_due()
-        if self._pending:
-            self._commit_soon()
+    def _refuse(self, staged: list[_Staged]) -> None:
+        for entry in staged:
+            self._on_refused(entry.message)
+            entry.settled(False)
 
     def _sessions_after(self, staged: list[_Staged]) -> dict[SessionKey, CommittedSession]:
         """The stream sessions as they will be once `staged` is committed, as
@@ -196,43 +318,73 @@ class Journal:
         if pushed_out is not None:
             self._forgotten.append(pushed_out)
 
-    def _failed(self, staged: list[_Staged], batch: Batch, error: BaseException) -> None:
-        """A commit failed (a full disk): its messages are refused, never
-        acknowledged; its deletions wait for the next commit."""
-        self._failures += 1
-        if not self._failing:
-            self._failing = True
-            log.error("inbox: cannot commit to %s (%s): new messages are refused (503) until a "
-                      "commit succeeds", self.store.path, error)
-        for entry in staged:
-            self._on_refused(entry.message)
-            entry.settled(False)
-        self._deletes[:0] = batch.deletes
-        self._forgotten[:0] = batch.forgotten
-        if (self._deletes or self._forgotten) and self._retry is None:
-            self._retry = asyncio.get_running_loop().call_later(RETRY_SECONDS, self._retry_now)
+    # -- checkpoints ---------------------------------------------------------------
 
-    def _retry_now(self) -> None:
-        self._retry = None
-        self._commit_soon()
+    def _checkpoint_if_due(self) -> None:
+        """A checkpoint, on its thread while commits go on, when the WAL has
+        grown by CHECKPOINT_PAGES (none while the WAL waits to be emptied)."""
+        if self._checkpoint is None and self.state in (JournalState.READY, JournalState.FAILING) \
+                and self.store.checkpoint_due:
+            self._start_checkpoint(truncate=False)
+
+    def _start_checkpoint(self, truncate: bool) -> None:
+        """With `truncate`, one that empties the WAL, which commits wait for:
+        it never waits for another process's reader, so not for long."""
+        self._checkpoint = asyncio.wrap_future(self.store.checkpoint_in_thread(truncate=truncate))
+        self._checkpoint.add_done_callback(partial(self._checkpointed, truncate))
+
+    def _checkpointed(self, truncate: bool, done: asyncio.Future) -> None:
+        self._checkpoint = None
+        if self.state is JournalState.CLOSED:
+            return
+        error = done.exception()
+        result: Checkpointed | None = None if error is not None else done.result()
+        if truncate and self.state is JournalState.EMPTYING:
+            if result is not None and result.complete:
+                self._enter(JournalState.READY)
+            else:
+                self._enter(JournalState.WAL_HELD, _held_because(result, error))
+                staged, self._staged = self._staged, []
+                self._refuse(staged)
+                self._retry_later()
+        elif error is not None:
+            log.warning("inbox: checkpoint of %s failed (%s); its WAL grows until one succeeds",
+                        self.store.path, error)
+        elif result is not None and result.wal_pages >= WAL_CAP_PAGES and self.state is JournalState.READY:
+            self._enter(JournalState.EMPTYING)
+        self._checkpoint_if_due()
+        if self._pending or self.state is JournalState.EMPTYING:
+            self._step_soon()
+
+    # -- stopping ------------------------------------------------------------------
 
     async def flush(self) -> None:
         """Commit what waits (the node is stopping): its senders get their
         answers. Gives up at the first commit that fails."""
-        failures = self._failures
-        while failures == self._failures:
-            if self._busy is not None:
-                await asyncio.wait([self._busy])
+        while self.state is not JournalState.CLOSED:
+            waiting = self._commits_wait_for()
+            if waiting is not None:
+                await asyncio.wait([waiting])
             elif self._pending:
                 self._commit()
-            elif self._checkpointing is not None:
-                await asyncio.wait([self._checkpointing])
+                if self._commit_under_way is not None:
+                    await asyncio.wait([self._commit_under_way])
+                if self.state is JournalState.FAILING:
+                    return
+            elif self._checkpoint is not None:
+                await asyncio.wait([self._checkpoint])
             else:
                 return
 
     def close(self) -> None:
         """Close the store (after `flush`); the journal is not used again."""
-        self._closed = True
-        if self._retry is not None:
-            self._retry.cancel()
+        self._enter(JournalState.CLOSED)
         self.store.close()
+
+
+def _held_because(result: Checkpointed | None, error: BaseException | None) -> str:
+    if error is not None:
+        return f"the checkpoint failed: {error}"
+    assert result is not None
+    return (f"{result.wal_pages} pages; another process holds a read transaction on it: an sqlite3 "
+            f"shell or a backup?")

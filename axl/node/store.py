@@ -24,8 +24,8 @@ messages.
 
 Start-up refuses a file it cannot trust, in one line, and changes nothing
 in it: not a database, damaged (`PRAGMA quick_check`), from a newer
-version, of another node (a ConfigError: two nodes pointed at one file), or
-on a full disk.
+version, of another node (NotThisNodesInbox: two nodes pointed at one file),
+or on a full disk.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from axl.budgets import MAX_STREAM_SESSIONS, STREAM_WINDOW
-from axl.config import ConfigError, NodeConfig
+from axl.config import NodeConfig
 from axl.identity import NodeIdentity
 from axl.node.msgstream import STATUS_QUEUED, SessionKey, SessionRecord
 
@@ -72,6 +72,11 @@ class StoreError(Exception):
     """The inbox file cannot be used; the message says why in one line."""
 
 
+class NotThisNodesInbox(StoreError):
+    """The inbox file belongs to another node: the configuration points two
+    nodes at one file (the caller reports it as a configuration error)."""
+
+
 def open_inbox(config: NodeConfig, identity: NodeIdentity) -> InboxStore | None:
     """The node's durable inbox, or None to keep it in memory; says which in the log."""
     path = config.inbox_file()
@@ -94,6 +99,15 @@ class Batch:
     sessions: dict[SessionKey, CommittedSession] = field(default_factory=dict)
     forgotten: list[SessionKey] = field(default_factory=list)
     last_id: int = 0
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a checkpoint left: the WAL's length in pages, and whether it
+    could do all it was asked (False: another connection was in its way)."""
+
+    wal_pages: int
+    complete: bool
 
 
 @dataclass
@@ -193,8 +207,10 @@ class InboxStore:
     def open(cls, path: Path, sync: str, owner: bytes) -> InboxStore:
         """Open (or create) the file for the node whose key is `owner`.
 
-        Raises StoreError (the file is damaged, in use, or the disk full) or
-        ConfigError (the file is another node's)."""
+        Raises StoreError (the file is damaged, in use, or the disk full;
+        NotThisNodesInbox: the file is another node's). The file is opened by
+        its real name (symbolic links resolved), so that one file is one lock."""
+        path = Path(os.path.realpath(path))
         lock = _lock(path)
         connections: list[sqlite3.Connection] = []
         try:
@@ -260,19 +276,19 @@ class InboxStore:
     def checkpoint_due(self) -> bool:
         return self._wal_pages >= CHECKPOINT_PAGES
 
-    def checkpoint_in_thread(self, truncate: bool = False) -> Future[int]:
+    def checkpoint_in_thread(self, truncate: bool = False) -> Future[Checkpointed]:
         """Copy the WAL into the database file (and flush both) on the
         checkpoint thread, through a connection of its own: commits go on
-        meanwhile. The future gives the WAL's length in pages then; while
-        commits keep coming, the WAL may never start over, and once it is
-        WAL_CAP_PAGES long the caller makes them wait for a checkpoint with
-        `truncate`, which empties it."""
+        meanwhile. While commits keep coming, the WAL may never start over,
+        and once it is WAL_CAP_PAGES long the caller makes them wait for a
+        checkpoint with `truncate`, which empties it, unless another process
+        reads the file (it does not wait for that reader: `complete` is then False)."""
         self._wal_pages = 0
         return self._checkpoints.submit(self._checkpoint, "TRUNCATE" if truncate else "PASSIVE")
 
-    def _checkpoint(self, mode: str) -> int:
-        _busy, wal_pages, _copied = self._checkpointer.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-        return wal_pages
+    def _checkpoint(self, mode: str) -> Checkpointed:
+        busy, wal_pages, _copied = self._checkpointer.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return Checkpointed(wal_pages=wal_pages, complete=not busy)
 
     def abandon(self) -> None:
         """Roll back a transaction that could not be written whole."""
@@ -293,7 +309,9 @@ def _lock(path: Path) -> int:
     and closing any descriptor of that file would drop them), so that a
     second node given the same inbox_path stops at start-up. The database
     is created if new, owner-only like the key file (SQLite gives its WAL
-    the same mode)."""
+    the same mode). `path` is the file's real name; a file with a second
+    name (a hard link) is refused: that name would be a second lock, and
+    SQLite names the WAL after the name it is given."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
@@ -301,7 +319,9 @@ def _lock(path: Path) -> int:
         raise StoreError(f"inbox {path}: cannot write beside it: {exc.strerror}") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        database = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        links = os.fstat(database).st_nlink
+        os.close(database)
     except BlockingIOError:
         os.close(lock)
         raise StoreError(f"inbox {path}: another process has it open: each running node needs "
@@ -309,6 +329,10 @@ def _lock(path: Path) -> int:
     except OSError as exc:
         os.close(lock)
         raise StoreError(f"inbox {path}: cannot write it: {exc.strerror}") from None
+    if links > 1:
+        os.close(lock)
+        raise StoreError(f"inbox {path}: the file has {links} names (hard links): another node may use it "
+                         f"by another name; give inbox_path a file of its own")
     return lock
 
 
@@ -375,7 +399,7 @@ def _check_meta(found: dict, path: Path, owner: bytes) -> None:
         raise StoreError(f"inbox {path}: written by another version of the node (schema "
                          f"{found.get('schema')!r}, this one reads {SCHEMA_VERSION}); {_LEFT_AS_IS}")
     if found.get("node") != owner.hex():
-        raise ConfigError(f"inbox_path: {path} is the inbox of node {str(found.get('node'))[:16]}…, "
+        raise NotThisNodesInbox(f"inbox_path: {path} is the inbox of node {str(found.get('node'))[:16]}…, "
                           f"not of this node ({owner.hex()[:16]}…); give each node its own inbox_path, "
                           f"or move the file aside if this node's key was replaced")
 
