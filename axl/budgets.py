@@ -98,6 +98,11 @@ DISPATCH_BYTES_PER_NODE = 64 * MiB
 
 # --- a local client, on the bridge --------------------------------------------
 
+# Peers added at run time (POST /peers, the admin socket's addPeer) and not
+# removed since: each holds a dialer retrying for good. Beyond it an add is
+# refused (503, or the admin error) until one is removed.
+MAX_RUNTIME_PEERS = 256
+
 # Lookups under way for destinations without a path (rumors). Only local
 # sends make them: this bounds a client sending to ever new keys; beyond it
 # a send to a new key waits for its lookup timeout (502).
@@ -119,6 +124,14 @@ DISCARD_MAX = 64 * MiB
 WS_MAX_IN_FLIGHT = 256
 WS_MAX_IN_FLIGHT_BYTES = 64 * MiB
 WS_MAX_WINDOW = 1024
+
+# --- a local client, on the admin socket ----------------------------------------
+
+# One admin request: larger ones are refused (the biggest real one is an
+# addPeer with a long URI), and one begun must be whole within the deadline,
+# else the connection closes with a log line.
+ADMIN_MAX_REQUEST = 64 * KiB
+ADMIN_REQUEST_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)

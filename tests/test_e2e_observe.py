@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_DEVICE_ENTRIES, MAX_INFOS_PER_PEER,
-                         MAX_READ_AHEAD, MAX_RUMORS, MAX_SESSION_BUFFERS, MAX_STREAM_SESSIONS,
+                         MAX_READ_AHEAD, MAX_RUMORS, MAX_RUNTIME_PEERS, MAX_SESSION_BUFFERS, MAX_STREAM_SESSIONS,
                          MAX_STREAM_SESSIONS_PER_PEER, STREAM_WINDOW, WS_MAX_IN_FLIGHT,
                          WS_MAX_IN_FLIGHT_BYTES, WS_MAX_MESSAGE)
 from axl.node.stats import MAX_UNANSWERED
@@ -166,6 +166,7 @@ def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
         ("session_buffers", "node"): MAX_SESSION_BUFFERS, ("lookups_under_way", "node"): MAX_RUMORS,
         ("device_keys", "node"): MAX_DEVICE_ENTRIES, ("device_waiting_packets", "node"): MAX_DEVICE_ENTRIES,
         ("ws_in_flight", "connection"): WS_MAX_IN_FLIGHT, ("ws_in_flight_bytes", "connection"): WS_MAX_IN_FLIGHT_BYTES,
+        ("runtime_peers", "node"): MAX_RUNTIME_PEERS,
     }
     for (budget, scope), limit in expected.items():
         labels = (("budget", budget), ("scope", scope))

@@ -187,7 +187,7 @@ def abandoned_polls(node, count: int) -> None:
     and wait until it has let them go."""
     socks = [socket.create_connection(("127.0.0.1", node.api_port), timeout=5) for _ in range(count)]
     for sock in socks:
-        sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     wait_until(lambda: polls_waiting(node) == count, 10, what=f"{count} long polls waiting")
     for sock in socks:
         sock.close()
@@ -265,7 +265,7 @@ def test_many_pollers_some_leaving_receive_every_message_once(empty) -> None:
         and still read whatever the bridge wrote before it noticed."""
         while not sending_done.is_set() and time.monotonic() < deadline:
             with socket.create_connection(("127.0.0.1", empty.api_port), timeout=5) as sock:
-                sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 sock.settimeout(0.15)
                 try:
                     sock.recv(1, socket.MSG_PEEK)

@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
-from axl.bridge.guard import BridgeGuard, unauthorized
+from axl.bridge.guard import BridgeGuard, PageGuard, page_guard, unauthorized
 from axl.bridge.http1 import Answer
 from axl.bridge.peers import add_peer_routes
 from axl.bridge.ws import CLIENTS, NODE, RECEIVER, handle_ws, track_streams
@@ -135,6 +135,20 @@ def send_expect(node: BridgeNode) -> Callable[[web.Request], Awaitable[web.Strea
     return expect
 
 
+def page_middleware(pages: PageGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Requests a web page of another site could make are refused (403,
+    or 415 for a JSON route's other content type); /ws's upgrade too."""
+    @web.middleware
+    async def check_page(request: web.Request, handler) -> web.StreamResponse:
+        headers = request.headers
+        refusal = pages.refusal(request.method, request.path, headers.get("Host", ""),
+                                headers.get("Origin", ""), headers.get("Content-Type"))
+        if refusal is None:
+            return await handler(request)
+        return await answer_and_close(request, response_for(refusal))
+    return check_page
+
+
 def guard_middleware(guard: BridgeGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Every route needs the bridge token (the dashboard may show its cookie instead)."""
     @web.middleware
@@ -151,6 +165,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot, in
               observatory: Observatory) -> web.Application:
     config = node.config
     middlewares = [guard_middleware(BridgeGuard(config.bridge_token))] if config.bridge_token else []
+    middlewares.append(page_middleware(page_guard(config)))
     app = web.Application(client_max_size=node.max_message_size + 1, middlewares=middlewares)
     app[NODE] = node
     app[CLIENTS] = clients

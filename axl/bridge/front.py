@@ -41,19 +41,18 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.guard import BridgeGuard, unauthorized
+from axl.bridge.guard import BridgeGuard, PageGuard, unauthorized
 from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
 from axl.observe.httpstats import HttpStats
+from axl.readbuffer import ReadBuffer
 
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
 KEEPALIVE_TIMEOUT = 75.0
-# A buffer of read-ahead is compacted once this much of it has been served.
-COMPACT_AFTER = 64 << 10
 # Pipelined requests served one after another before the event loop gets a
 # turn: 64 connections pipelining /topology at 32 each held /health 1.7 s.
 REQUESTS_PER_TURN = 8
@@ -83,6 +82,8 @@ class FrontDoor:
     full_application: Callable[[], asyncio.Future[ProtocolFactory]]
     # The Prometheus exposition and its content type: a scrape needs no full application.
     metrics: Callable[[], tuple[bytes, str]]
+    # What web pages may not send (a foreign Host or Origin).
+    pages: PageGuard
     # With a bridge token, the requests served here must carry it.
     guard: BridgeGuard | None = None
     connections: set[BridgeConnection] = field(default_factory=set)
@@ -117,74 +118,29 @@ class FrontDoor:
             connection.close()
 
 
-class ReadAhead:
-    """Bytes read from one client and not yet served, with the door's total
-    kept in step.
-
-    One buffer with a read offset: serving a request off the front costs the
-    request's length, not the buffer's (slicing the rest of an immutable
-    buffer after each request, and concatenating each read onto all of it,
-    made a client pipelining small requests cost time quadratic in what it
-    had sent). Data that arrives while nothing waits is kept as it came,
-    uncopied. The search for a head's end resumes where the last one stopped.
-    """
+class ReadAhead(ReadBuffer):
+    """Bytes read from one client and not yet served (axl.readbuffer), with
+    the door's total kept in step."""
 
     def __init__(self, door: FrontDoor) -> None:
+        super().__init__()
         self._door = door
-        self._data: bytes | bytearray = b""
-        self._pos = 0
-        self._searched = 0  # no head ends before this offset
-
-    def __len__(self) -> int:
-        return len(self._data) - self._pos
 
     def append(self, data: bytes) -> None:
         self._door.read_ahead += len(data)
-        if not len(self):
-            self._data, self._pos, self._searched = data, 0, 0
-            return
-        if isinstance(self._data, bytes):
-            self._data = bytearray(memoryview(self._data)[self._pos:])
-            self._searched -= self._pos
-            self._pos = 0
-        self._data += data
+        super().append(data)
 
     def head_length(self) -> int | None:
         """The length of the whole request head at the front (its final blank
         line not counted), or None while its end has not arrived."""
-        end = self._data.find(HEAD_END, max(self._pos, self._searched))
-        if end < 0:
-            self._searched = max(self._pos, len(self._data) - len(HEAD_END) + 1)
-            return None
-        return end - self._pos
+        return self.find(HEAD_END)
 
     def starts_like_a_request(self) -> bool:
-        return self._data[self._pos:self._pos + 1].isupper()
-
-    def peek(self, length: int) -> bytes:
-        return bytes(self._data[self._pos:self._pos + length])
-
-    def take(self, length: int) -> bytes:
-        if self._pos == 0 and length == len(self._data) and isinstance(self._data, bytes):
-            data = self._data
-        else:
-            data = self.peek(length)
-        self.skip(length)
-        return data
-
-    def take_all(self) -> bytes:
-        return self.take(len(self))
+        return self.data[self.front:self.front + 1].isupper()
 
     def skip(self, length: int) -> None:
         self._door.read_ahead -= length
-        self._pos += length
-        if self._pos == len(self._data):
-            self._data, self._pos, self._searched = b"", 0, 0
-        elif (self._pos >= COMPACT_AFTER and self._pos * 2 >= len(self._data)
-              and isinstance(self._data, bytearray)):
-            del self._data[:self._pos]
-            self._searched = max(0, self._searched - self._pos)
-            self._pos = 0
+        super().skip(length)
 
     def release(self) -> None:
         """The connection closed: what it held no longer counts."""
@@ -395,15 +351,26 @@ class BridgeConnection(asyncio.Protocol):
         if route is None:
             self._hand_off()
             return False
-        if self.door.guard is not None and not self.door.guard.allows(head.authorization):
-            route = self._unauthorized
+        refusal = self._refusal(head)
         ahead.skip(length + len(HEAD_END))
         self._head = head
         self._started = time.monotonic()
         self._deadline = None
         self._state = _State.ANSWERING
-        route(head)
+        if refusal is None:
+            route(head)
+        else:
+            self._refuse(refusal)
         return True
+
+    def _refusal(self, head: RequestHead) -> Answer | None:
+        """The token's refusal (401), else the page guard's (403), else None,
+        as the full application's middlewares answer. The content type is
+        not asked: none of the routes here takes JSON."""
+        door = self.door
+        if door.guard is not None and not door.guard.allows(head.authorization):
+            return unauthorized(head.path)
+        return door.pages.refusal(head.method, head.path, head.host, head.origin, None)
 
     def _await_head(self) -> None:
         ahead = self.ahead
@@ -435,10 +402,10 @@ class BridgeConnection(asyncio.Protocol):
 
     # -- the routes --------------------------------------------------------
 
-    def _unauthorized(self, head: RequestHead) -> None:
-        """401; a /send body that came with it is never read, so the connection closes."""
+    def _refuse(self, refusal: Answer) -> None:
+        """A 401 or 403; a /send body that came with it is never read, so the connection closes."""
         self._close_after_answer = True
-        self._answer(unauthorized(head.path))
+        self._answer(refusal)
 
     def _topology(self, head: RequestHead) -> None:
         self._answer(api.topology_answer(self.door.node))

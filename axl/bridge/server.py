@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from axl.adapters.counts import AdapterCounts
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
-from axl.bridge.guard import BridgeGuard
+from axl.bridge.guard import BridgeGuard, page_guard
 from axl.config import NodeConfig
 from axl.localsocket import bind_unix_socket, remove_socket
 from axl.observe.observatory import Observatory
@@ -38,7 +38,8 @@ class BridgeServer:
         self.observatory = Observatory(node, adapters)
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
                                float(config.conn_read_timeout_secs), self._full_application,
-                               self._metrics, BridgeGuard(config.bridge_token) if config.bridge_token else None)
+                               self._metrics, page_guard(config),
+                               BridgeGuard(config.bridge_token) if config.bridge_token else None)
         node.budgets.add(self._door.budget_use)
         self.in_flight = InFlightBoard()
         node.budgets.add(self.in_flight.usage)
@@ -108,3 +109,4 @@ class BridgeServer:
             await asyncio.sleep(0.02)
         self._door.close_all()
         self.observatory.cleanup()
+
