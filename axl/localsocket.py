@@ -1,9 +1,11 @@
 """UNIX stream sockets for the node's local servers (the admin socket and
 a bridge on `unix:///path`): bound with their final file mode, and a
-socket file left by a node that died replaced, never another's."""
+socket file left by a node that died replaced, never another's. And the
+test both servers make on a TCP address: does it stay on this machine."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -60,3 +62,11 @@ def remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a server bound to `host` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

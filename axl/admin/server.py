@@ -10,14 +10,13 @@ TCP one should stay on loopback (the node warns otherwise).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from dataclasses import dataclass, field
 
 from axl.admin.commands import AdminNode, CommandError, run_command
 from axl.admin.protocol import AdminRequest, BadRequest, RequestReader, render
 from axl.config import AdminAddress
-from axl.localsocket import bind_unix_socket, remove_socket
+from axl.localsocket import bind_unix_socket, is_loopback_host, remove_socket
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.admin")
@@ -75,7 +74,7 @@ class AdminServer:
                 self._server = await asyncio.start_server(self._serve, address.host, address.port)
         except OSError as exc:
             raise OSError(f"admin socket {address}: {exc.strerror or exc}") from None
-        if not address.unix_path and not _is_loopback(address.host):
+        if not address.unix_path and not is_loopback_host(address.host):
             log.warning("admin socket on %s, which is not loopback: anyone who reaches it can "
                         "add and remove peers (it has no authentication, as in yggdrasil)", address)
         self._sampler = start_task(self._sample_rates(), log, "admin rate sampling")
@@ -141,10 +140,3 @@ class AdminServer:
             log.exception("admin command %s failed", request.name)
             return render(request.echo, error=f"{request.name} failed inside the node; see its log")
         return render(request.echo, response)
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
