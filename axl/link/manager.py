@@ -63,6 +63,9 @@ class _Peer:
     connection: Connection | None = None
     last_error: str = ""
     last_error_at: float = 0.0
+    # seconds until the next attempt if this one fails (None: not retried),
+    # so that the failure's log line says the node keeps trying, and when
+    redial_in: float | None = None
 
     def failed(self, error: str) -> None:
         self.last_error = error
@@ -198,14 +201,15 @@ class LinkManager:
         """
         backoff = self._backoff_for(peer.uri)
         while not self._stopping:
+            peer.redial_in = backoff.next_delay()
             try:
                 if await self._dial_once(peer):
                     backoff.reset()
+                    peer.redial_in = backoff.next_delay()
             except Exception:
                 self.log.exception("dialing %s failed unexpectedly", peer.uri)
-            delay = backoff.next_delay()
-            self.log.debug("redialing %s in %.1fs", peer.uri, delay)
-            await asyncio.sleep(delay)
+            self.log.debug("redialing %s in %.1fs", peer.uri, peer.redial_in)
+            await asyncio.sleep(peer.redial_in)
 
     def _backoff_for(self, uri: PeerURI) -> _Backoff:
         """A URI's `maxbackoff` lowers the ceiling of its redial delay (the
@@ -234,7 +238,8 @@ class LinkManager:
             )
         except OSError as exc:
             error = _dial_failure(uri, exc)
-            self.log.info("dial %s failed: %s", uri, error)
+            retry = "" if peer.redial_in is None else f"; retrying in {peer.redial_in:.2g} s"
+            self.log.info("dial %s failed: %s%s", uri, error, retry)
             peer.failed(error)
             return False
         assert isinstance(connection, Connection)
