@@ -351,7 +351,7 @@ class BridgeConnection(asyncio.Protocol):
     def _unauthorized(self, head: RequestHead) -> None:
         """401; a /send body that came with it is never read, so the connection closes."""
         self._close_after_answer = True
-        self._answer(unauthorized(head.path))
+        self._answer(unauthorized(head.path, head.authorization))
 
     def _topology(self, head: RequestHead) -> None:
         self._answer(api.topology_answer(self.door.node))
