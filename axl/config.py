@@ -449,7 +449,8 @@ def load_config(path: str | Path) -> NodeConfig:
     try:
         raw = read_json(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} "
+                          f"at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # nested too deep, or an integer of more digits than Python reads
         raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
     return config_from_dict(raw)

@@ -228,6 +228,15 @@ def test_dashboard_page_is_self_contained_under_a_strict_policy(trio) -> None:
     assert b"innerHTML" not in a.request("GET", "/dashboard/dashboard.js")[2]
 
 
+def test_dashboard_says_a_node_draws_only_its_part_of_the_network(trio) -> None:
+    """A reader counting 3 of 6 nodes learns why, beside the drawing."""
+    a, _, _ = trio
+    html = " ".join(a.request("GET", "/dashboard/")[2].decode().split())
+    assert ('<p id="graph-scope" class="note">A node knows only its part of the network: itself, its peers, '
+            "and each one's path up to the root. Nodes elsewhere are not drawn here; their own dashboards "
+            "show them.</p>") in html
+
+
 def read_events(response: http.client.HTTPResponse, until, deadline: float) -> list[tuple[str, dict]]:
     """Parse Server-Sent Events until `until(events)` holds; fail at the deadline."""
     events, kind, data = [], "", ""

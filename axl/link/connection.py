@@ -44,7 +44,7 @@ READ_BUFFER_BYTES = 128 * 1024
 64 KiB frames, so that half of a bulk transfer's frames lie whole inside one
 read and the frame decoder copies them once (a 64 KiB buffer split nearly
 every frame). 256 KiB cost the receiver less CPU still, but its transfers
-ran slower (docs/performance.md, "Bulk: where a one-hop transfer goes")."""
+ran slower (docs/performance-log.md, "Bulk: where a one-hop transfer goes")."""
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
