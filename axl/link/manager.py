@@ -134,7 +134,7 @@ class DialFailureLog:
         self._window_lines += 1
         line = f"dial {uri} failed: {error}"
         if retry is not None:
-            line += f" (retrying in {retry:.2g} s)"
+            line += f" (retrying in {retry:.0f} s)" if retry >= 1 else f" (retrying in {retry:.1f} s)"
         if notes is not None and notes.unlogged:
             line += f"; {notes.unlogged} more failure(s) of this peer since its last line"
         self._peers[uri] = _PeerNotes(error, now)
