@@ -21,7 +21,7 @@ LISTEN_REFUSALS = {
     "sockstls": "sockstls:// cannot listen: SOCKS listener not supported",
 }
 MAX_PASSWORD_BYTES = 64
-MIN_MAX_BACKOFF = 30.0
+MIN_MAX_BACKOFF = 5.0  # yggdrasil 0.5.13 (30 s before)
 KNOWN_OPTIONS = ("key", "password", "priority", "sni", "maxbackoff")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3,
                    "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -169,7 +169,7 @@ def _parse_max_backoff(text: str) -> float | None:
         return None
     seconds = parse_duration(text)
     if seconds < MIN_MAX_BACKOFF:
-        raise URIError(f"bad maxbackoff {text!r}: at least 30s")
+        raise URIError(f"bad maxbackoff {text!r}: at least {MIN_MAX_BACKOFF:g}s")
     return seconds
 
 
