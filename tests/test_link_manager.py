@@ -182,9 +182,16 @@ async def test_matching_password_links(managers) -> None:
 async def test_own_key_is_refused(managers, caplog) -> None:
     node, at_node = managers(ID_A)
     uri = await _listen(node, "tcp://127.0.0.1:0")
-    node.add_peer(uri)
+    dialed = node.add_peer(uri)
     await at_node.until(lambda: caplog.text.count("own key") >= 2)
     assert not at_node.ups
+    # yggdrasil 0.5.13: a link to ourselves is not redialed; the peer stays
+    # configured, showing why it is down.
+    dialer = node._peers[dialed.peer_key].task
+    await asyncio.wait_for(asyncio.shield(dialer), WAIT)
+    assert "not redialed" in caplog.text and caplog.text.count("own key") == 2
+    [status] = [s for s in node.peers_status() if s["uri"] == str(dialed)]
+    assert "own key" in status["last_error"]
 
 
 async def test_garbage_and_http_are_refused_without_harm(managers, caplog) -> None:

@@ -140,6 +140,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         # Why it closed, for the link manager's last error ("" while open).
         self.close_reason = ""
+        # The handshake found our own key: redialing would find it again.
+        self.to_self = False
         self.counters = LinkCounters()
         self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
@@ -240,6 +242,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 self.log.warning("handshake with %s failed: %s", self.who, event.reason)
                 self.close_reason = f"handshake failed: {event.reason}"
+                self.to_self = event.to_self
                 self._close_transport()
 
     def _establish(self, meta: LinkMeta, priority: int) -> None:
