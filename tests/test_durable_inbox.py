@@ -24,6 +24,7 @@ import pytest
 
 from axl.chaos.crash import run_crash
 from axl.harness import free_port, spawn_node
+from axl.node.store import APART_BYTES, WAL_CAP_PAGES
 from nodes import STARTED, Cluster, NodeProcess, drain, up_peers, wait_until
 
 
@@ -297,16 +298,14 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         reader = sqlite3.connect(cluster.inbox_path("a"), isolation_level=None)
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM messages").fetchone()
-        big = 15 << 20  # five of them: past the WAL's cap of 16,000 pages
-        for number in range(5):
-            assert node.send(node.peer_id, bytes([number]) * big)[0] == 200
-        statuses = []
-        for _ in range(20):
-            statuses.append(node.send(node.peer_id, b"small", timeout=20)[0])
+        # Payloads kept in the database (below APART_BYTES), until the WAL is past its cap of 16,000 pages.
+        size, statuses = APART_BYTES * 3 // 4, []
+        for number in range(WAL_CAP_PAGES * 4096 // size + 40):
+            statuses.append(node.send(node.peer_id, number.to_bytes(2, "big") * (size // 2), timeout=20)[0])
             if statuses[-1] == 503:
                 break
-            time.sleep(0.2)
-        assert statuses[-1] == 503, statuses
+        assert statuses[-1] == 503, statuses[-3:]
+        accepted = statuses.count(200)
         idle_from = cpu_seconds(node.process.pid)
         time.sleep(4)
         assert cpu_seconds(node.process.pid) - idle_from < 1.0  # no checkpoints back to back
@@ -315,7 +314,8 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         reader.close()
         wait_until(lambda: node.send(node.peer_id, b"after")[0] == 200, 20, what="messages taken again")
         got = drain(node)
-        assert [len(payload) for payload in got[:5]] == [big] * 5 and got[-1] == b"after"
+        assert [payload[:2] for payload in got[:-1]] == [n.to_bytes(2, "big") for n in range(accepted)]
+        assert got[-1] == b"after"
         assert "was emptied: new messages are taken again" in node.log_path.read_text()
     finally:
         cluster.stop_all()

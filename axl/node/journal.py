@@ -3,7 +3,8 @@
 
 Arrivals and deliveries wait in the batch being gathered; a commit takes
 them all, at the end of the event-loop turn, or once the commit under way
-on the store's thread (with `inbox_sync` "full") is done. Checkpoints run
+on the store's thread (with `inbox_sync` "full", or with payload files to
+write or remove: InboxStore.writes_in_thread) is done. Checkpoints run
 meanwhile on a thread of their own.
 So an idle node commits each message alone and a busy one hundreds at once,
 and batches are committed in the order they were gathered. Only once its
@@ -243,15 +244,13 @@ class Journal:
                       forgotten=self._forgotten, last_id=self._last_id)
         self._deletes, self._forgotten = [], []
         started = time.monotonic()
+        if store.writes_in_thread(batch):
+            self._commit_under_way = asyncio.wrap_future(store.write_in_thread(batch))
+            self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
+            return
         try:
-            store.stage(batch)
-            if store.commits_in_thread:
-                self._commit_under_way = asyncio.wrap_future(store.commit_in_thread())
-                self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
-                return
-            store.commit()
-        except sqlite3.Error as exc:
-            store.abandon()
+            store.write(batch)
+        except (sqlite3.Error, OSError) as exc:
             self._failed(staged, batch, exc)
             return
         self._stored(staged, batch, started)
@@ -260,7 +259,6 @@ class Journal:
         self._commit_under_way = None
         error = done.exception()
         if error is not None:
-            self.store.abandon()
             self._failed(staged, batch, error)
         else:
             self._stored(staged, batch, started)
