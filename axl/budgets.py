@@ -72,10 +72,17 @@ MAX_REMEMBERED_SENDERS = 4096
 # The message stream: messages one connection may have unanswered. The
 # sender keeps to it; the receiver answers 503 to each message beyond it.
 # The receiver remembers as many answers per session, which is what lets it
-# repeat each one exactly after a reconnection.
+# repeat each one exactly after a reconnection. It is also how far a
+# session's sequence numbers may jump ahead of the highest the receiver has
+# seen: a sender numbers its messages as they go out, so one further ahead
+# breaks the protocol and the stream is reset.
 STREAM_WINDOW = 256
-# Sender sessions a receiver remembers (least recently used forgotten first).
+# Sender sessions a receiver remembers (least recently used forgotten
+# first), for the node and for each sender: a sender needs one per
+# destination it streams to at a time, and one minting session ids pushes
+# out only its own.
 MAX_STREAM_SESSIONS = 1024
+MAX_STREAM_SESSIONS_PER_PEER = 32
 # Destinations remembered as having no message stream port.
 MAX_UNSUPPORTED = 4096
 # MCP and A2A envelopes being dispatched to the local services at once
@@ -90,6 +97,11 @@ DISPATCH_BYTES_PER_PEER = 16 * MiB
 DISPATCH_BYTES_PER_NODE = 64 * MiB
 
 # --- a local client, on the bridge --------------------------------------------
+
+# Peers added at run time (POST /peers, the admin socket's addPeer) and not
+# removed since: each holds a dialer retrying for good. Beyond it an add is
+# refused (503, or the admin error) until one is removed.
+MAX_RUNTIME_PEERS = 256
 
 # Lookups under way for destinations without a path (rumors). Only local
 # sends make them: this bounds a client sending to ever new keys; beyond it
@@ -112,6 +124,14 @@ DISCARD_MAX = 64 * MiB
 WS_MAX_IN_FLIGHT = 256
 WS_MAX_IN_FLIGHT_BYTES = 64 * MiB
 WS_MAX_WINDOW = 1024
+
+# --- a local client, on the admin socket ----------------------------------------
+
+# One admin request: larger ones are refused (the biggest real one is an
+# addPeer with a long URI), and one begun must be whole within the deadline,
+# else the connection closes with a log line.
+ADMIN_MAX_REQUEST = 64 * KiB
+ADMIN_REQUEST_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,10 @@ class PeerNotConfigured(PeerChangeRefused):
     """Removing a peer that is not configured."""
 
 
+class RuntimePeersFull(PeerChangeRefused):
+    """Adding a peer beyond the budget of peers added at run time (HTTP 503)."""
+
+
 def never_connected(dest: str, how: str) -> PeerUnreachable:
     """The overlay connection to `dest` never opened (`how`: "timed out" or
     "reset: ..."). Silence is not a refusal: it says the peer is away."""

@@ -1,9 +1,10 @@
-"""UNIX stream sockets for the node's local servers (the admin socket and
-a bridge on `unix:///path`): bound with their final file mode, and a
-socket file left by a node that died replaced, never another's."""
+"""The node's local servers (the admin socket and the bridge): UNIX stream
+sockets bound with their final file mode, a socket file left by a node
+that died replaced (never another's), and which host names are loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -60,3 +61,12 @@ def remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address without brackets or port) is
+    this machine only: `localhost`, 127.0.0.0/8 or ::1."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import time
 from pathlib import Path
 
 import pytest
 
+from axl.budgets import ADMIN_REQUEST_TIMEOUT, MAX_RUNTIME_PEERS
 from axl.build import build_fields
 from axl.harness import free_port
-from nodes import Cluster, admin_call, wait_until
+from axl.link.manager import NODE_LOG_LINES, NODE_LOG_WINDOW
+from nodes import Cluster, admin_call, metric_samples, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +186,81 @@ def test_unix_socket_is_group_only_and_removed_on_stop(tmp_path):
     finally:
         node.stop()
     assert not Path(path).exists()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_trickled_request_is_closed_at_its_deadline(trio):
+    """A client that keeps sending a request a few bytes at a time, never
+    finishing it, is cut off ADMIN_REQUEST_TIMEOUT after it began, though
+    it is never idle; the node says so in one line and goes on answering."""
+    _, b, _ = trio
+    host, _, port = endpoint(b)[len("tcp://"):].rpartition(":")
+    cpu_before = cpu_seconds(b.process.pid)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b'{"request": "getSelf", "arguments": {"note": "')
+        began = time.monotonic()
+        sent = 0
+        closed = False
+        while time.monotonic() - began < ADMIN_REQUEST_TIMEOUT + 10:
+            try:
+                sock.sendall(b"x" * 20)
+                sent += 20
+                sock.settimeout(0.02)
+                if sock.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+        held = time.monotonic() - began
+    print(f"trickled {sent} bytes over {held:.1f} s; node CPU {cpu_seconds(b.process.pid) - cpu_before:.2f} s")
+    assert closed, f"the connection was still open after {held:.1f} s"
+    assert ADMIN_REQUEST_TIMEOUT - 1 <= held <= ADMIN_REQUEST_TIMEOUT + 5
+    wait_until(lambda: "admin socket: closed a connection whose request was not whole within 10s"
+               in b.log_path.read_text(), 5, what="the log line")
+    assert ask(b, "getSelf")["key"] == b.peer_id
+
+
+def test_peers_added_at_run_time_have_a_budget(tmp_path):
+    """Beyond MAX_RUNTIME_PEERS, POST /peers answers 503 and addPeer an
+    error, each saying why, until one is removed; /metrics shows the budget,
+    and the dialers failing all the while write few log lines."""
+    cluster = Cluster(tmp_path)
+    node = cluster.add("n", listen=False, extra={"AdminListen": f"unix://{tmp_path}/n-admin.sock"})
+    node.start()
+    try:
+        started = time.monotonic()
+        # Nothing listens on port 9 of these loopback addresses: every dial is refused at once.
+        uris = [f"tls://127.77.{index // 200}.{index % 200 + 1}:9" for index in range(MAX_RUNTIME_PEERS + 1)]
+        json_type = {"Content-Type": "application/json"}
+        for uri in uris[:-2]:
+            assert node.request("POST", "/peers", json.dumps({"uri": uri}).encode(), json_type)[0] == 200
+        assert ask(node, "addPeer", uri=uris[-2]) == {}
+        status, _, text = node.request("POST", "/peers", json.dumps({"uri": uris[-1]}).encode(), json_type)
+        budget_line = f"this node already has {MAX_RUNTIME_PEERS} peers added at run time, its budget; remove one first"
+        assert (status, text.decode()) == (503, budget_line + "\n")
+        refused = admin_call(endpoint(node), "addPeer", uri=uris[-1])
+        assert refused["status"] == "error" and refused["error"] == budget_line
+        metrics = metric_samples(node.request("GET", "/metrics")[2].decode())
+        labels = (("budget", "runtime_peers"), ("scope", "node"))
+        assert metrics[("axl_budget_limit", labels)] == MAX_RUNTIME_PEERS
+        assert metrics[("axl_budget_in_use", labels)] == MAX_RUNTIME_PEERS
+        assert metrics[("axl_budget_refused_total", labels)] == 2
+        assert ask(node, "removePeer", uri=uris[0]) == {}
+        assert ask(node, "addPeer", uri=uris[-1]) == {}
+
+        wait_until(lambda: "more dial failure(s) not logged" in node.log_path.read_text(), 2 * NODE_LOG_WINDOW,
+                   what="the summary of the dial failures not logged")
+        windows = (time.monotonic() - started) / NODE_LOG_WINDOW + 1
+        dial_lines = [line for line in node.log_path.read_text().splitlines() if "dial tls://127.77." in line]
+        assert len(dial_lines) <= NODE_LOG_LINES * windows, len(dial_lines)
+        assert all("(retrying in " in line for line in dial_lines)
+    finally:
+        node.stop()

@@ -1,7 +1,8 @@
 """The guarded bridge on real axl-node processes: a bearer token on every
 route (the front door's, the full application's, /ws, the dashboard and
 /metrics), the bridge on a UNIX socket (curl --unix-socket and axl.client),
-and peers added and removed at run time through /peers."""
+peers added and removed at run time through /peers, and the page guard
+(a foreign Host or Origin refused, with or without a token)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import aiohttp
 import pytest
 
 from axl.client import AsyncClient, BridgeError, Client
-from nodes import Cluster, wait_until
+from nodes import Cluster, drain, lone_node, wait_until
 
 TOKEN = "s3cret-token"
 ONE_LINE = "this bridge needs 'Authorization: Bearer <token>' (bridge_token or AXL_BRIDGE_TOKEN)"
@@ -65,6 +66,10 @@ def test_every_route_needs_the_token(guarded, method, path):
 
 def test_the_token_opens_every_route(guarded):
     a, b = guarded
+    for scheme in ("bearer", "BEARER", "Bearer "):
+        assert raw_status(a, "GET", "/topology", {"Authorization": f"{scheme} {TOKEN}"})[0] == 200, scheme
+        assert raw_status(a, "GET", "/peers", {"Authorization": f"{scheme} {TOKEN}"})[0] == 200, scheme
+    assert raw_status(a, "GET", "/peers", {"Authorization": f"Bearer{TOKEN}"})[0] == 401
     assert a.get_json("/topology")["our_public_key"] == a.peer_id
     assert a.request("GET", "/metrics")[0] == 200 and a.request("GET", "/dashboard/api/snapshot")[0] == 200
     assert a.send(a.peer_id, b"to myself")[0] == 200 and a.recv(5)[2] == b"to myself"
@@ -93,7 +98,7 @@ def test_the_dashboard_signs_a_browser_in_with_a_cookie(guarded):
     a, _ = guarded
     assert raw_status(a, "GET", "/dashboard/?token=wrong")[0] == 401
     with socket.create_connection(("127.0.0.1", a.api_port), timeout=10) as sock:
-        sock.sendall(f"GET /dashboard/?token={TOKEN} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(f"GET /dashboard/?token={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -165,8 +170,120 @@ def test_peers_added_and_removed_over_the_bridge(tmp_path):
                 client.remove_peer(c.listen_uri)
             assert missing.value.status == 404 and "not configured" in missing.value.text
         for body in (b"not json", b'{"url": "tls://x:1"}', b'["tls://x:1"]'):
-            status, _, text = a.request("POST", "/peers", body)
+            status, _, text = a.request("POST", "/peers", body, {"Content-Type": "application/json"})
             assert status == 400 and b'{"uri"' in text
         assert a.config_path.read_bytes() == config_before
     finally:
         cluster.stop_all()
+
+
+# -- the page guard: what a web page could make the operator's browser send ---------------
+
+EVIL = "http://evil.example"
+FOREIGN_HOST = "refused: Host 'evil.example' is not a loopback name"
+FOREIGN_ORIGIN = "is not this bridge's own; web pages of other sites may not use the bridge"
+
+
+@pytest.fixture(scope="module")
+def open_bridge(tmp_path_factory):
+    """A node with no bridge token, as by default."""
+    with lone_node(tmp_path_factory.mktemp("pages")) as node:
+        yield node
+
+
+def raw_exchange(node, request: bytes) -> bytes:
+    """One request as written, on its own connection, and all of the answer."""
+    with socket.create_connection(("127.0.0.1", node.api_port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_web_pages_simple_request_cannot_add_a_peer(open_bridge):
+    node = open_bridge
+    body = b'{"uri": "tls://127.0.0.1:1"}'
+    page = {"Origin": EVIL, "Host": "evil.example", "Content-Type": "text/plain"}
+    for headers, status, line in (
+            (page, 403, FOREIGN_HOST),
+            ({"Host": "evil.example", "Content-Type": "application/json"}, 403, FOREIGN_HOST),
+            ({"Origin": EVIL, "Content-Type": "application/json"}, 403, f"refused: Origin '{EVIL}' {FOREIGN_ORIGIN}"),
+            ({"Origin": "null", "Content-Type": "application/json"}, 403, FOREIGN_ORIGIN),
+            ({"Content-Type": "text/plain"}, 415, "/peers takes a JSON body: send 'Content-Type: application/json' "
+                                                 "(got 'text/plain')"),
+            ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "/peers takes a JSON body")):
+        for method in ("POST", "DELETE"):
+            got, _, text = node.request(method, "/peers", body, headers)
+            assert got == status and line in text.decode() and text.count(b"\n") == 1, (headers, got, text)
+    assert node.get_json("/peers")["peers"] == []
+    own = f"127.0.0.1:{node.api_port}"
+    json_type = {"Content-Type": "application/json; charset=utf-8"}
+    assert node.request("POST", "/peers", body, {"Origin": f"http://{own}", **json_type})[0] == 200
+    assert node.request("DELETE", "/peers", body, {"Host": f"localhost:{node.api_port}", **json_type})[0] == 200
+
+
+@pytest.mark.parametrize("path", ["/topology", "/health", "/metrics", "/recv", "/dashboard/", "/peers",
+                                  "/a2a/" + "0" * 64])
+def test_a_foreign_host_or_origin_is_refused_on_every_route(open_bridge, path):
+    node = open_bridge
+    for headers, line in (({"Host": "evil.example"}, FOREIGN_HOST),
+                          ({"Host": f"evil.example:{node.api_port}"}, "refused: Host 'evil.example:"),
+                          ({"Origin": EVIL}, FOREIGN_ORIGIN),
+                          ({"Origin": f"http://localhost:{node.api_port}"}, FOREIGN_ORIGIN)):
+        status, _, text = node.request("GET", path, None, headers)
+        assert status == 403 and line in text.decode() and text.count(b"\n") == 1, (path, headers, status)
+
+
+def test_a_send_takes_any_body_and_loopback_names(open_bridge):
+    node = open_bridge
+    port = node.api_port
+    for host in (f"127.0.0.1:{port}", "127.0.0.1", f"127.1.2.3:{port}", f"LOCALHOST:{port}", "localhost",
+                 f"[::1]:{port}", "[::1]"):
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", "image/png"):
+            status, _, text = node.request("POST", "/send", b"any body", {
+                "X-Destination-Peer-Id": node.peer_id, "Host": host, "Content-Type": content_type})
+            assert status == 200, (host, content_type, text)
+    assert len(drain(node)) == 21
+    status, _, text = node.request("POST", "/send", b"x", {"X-Destination-Peer-Id": node.peer_id, "Origin": EVIL})
+    assert status == 403 and FOREIGN_ORIGIN in text.decode()
+    own = {"Origin": f"http://127.0.0.1:{port}", "X-Destination-Peer-Id": node.peer_id}
+    assert node.request("POST", "/send", b"from the dashboard's origin", own)[0] == 200
+    assert drain(node) == [b"from the dashboard's origin"]
+
+
+def test_a_request_without_host_is_served(open_bridge):
+    """HTTP/1.0 needs no Host; no browser sends a request without one."""
+    for request in (b"GET /health HTTP/1.0\r\n\r\n", b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n",
+                    b"GET /peers HTTP/1.0\r\n\r\n"):
+        assert raw_exchange(open_bridge, request).startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")), request
+    refused = raw_exchange(open_bridge, b"GET /health HTTP/1.0\r\nOrigin: http://evil.example\r\n\r\n")
+    assert refused.split(b"\r\n")[0].endswith(b"403 Forbidden")
+
+
+async def test_the_websocket_refuses_a_foreign_origin(open_bridge):
+    node = open_bridge
+    async with aiohttp.ClientSession() as session:
+        for origin in (EVIL, "null"):
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(node.url + "/ws", origin=origin)
+            assert refused.value.status == 403
+        async with session.ws_connect(node.url + "/ws", origin=f"http://127.0.0.1:{node.api_port}") as ws:
+            assert not ws.closed
+        async with session.ws_connect(node.url + "/ws") as ws:
+            assert not ws.closed
+
+
+def test_the_page_guard_names_the_bridges_own_origin():
+    from axl.bridge.guard import PageGuard
+    loopback, wide = PageGuard(loopback=True), PageGuard(loopback=False)
+    assert loopback.refusal("GET", "/topology", "192.0.2.7:9002", "", None).status == 403
+    assert wide.refusal("GET", "/topology", "192.0.2.7:9002", "", None) is None
+    assert wide.refusal("POST", "/peers", "192.0.2.7:9002", "http://192.0.2.7:9002", "application/json") is None
+    assert wide.refusal("POST", "/peers", "192.0.2.7:9002", EVIL, "application/json").status == 403
+    assert loopback.refusal("GET", "/topology", "[::1", "", None).status == 403
+    assert loopback.refusal("GET", "/topology", "::1", "", None) is None
+    assert loopback.refusal("GET", "/peers", "", "", "text/plain") is None, "a GET carries no body"
+    assert loopback.refusal("POST", "/mcp/ab/svc", "", "", "text/plain").status == 415
+    assert loopback.refusal("POST", "/mcp/ab/svc", "", "", None) is None
+    assert loopback.refusal("POST", "/send", "", "", "text/plain") is None

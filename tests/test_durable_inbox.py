@@ -358,3 +358,48 @@ def test_a_full_disk_stops_recv_handing_out_what_it_cannot_delete(tmp_path: Path
         assert receiver.log_path.read_text().count("inbox: cannot commit to") == 1
     finally:
         cluster.stop_all()
+
+
+async def _ws_deliveries(base: str, seconds: float) -> int:
+    """How many messages a /ws?recv=1 receiver is handed within `seconds`."""
+    handed = 0
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(f"{base}/ws?recv=1") as ws:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    frame = await ws.receive(timeout=left)
+                except asyncio.TimeoutError:
+                    break
+                if frame.type != aiohttp.WSMsgType.BINARY:
+                    break
+                handed += 1
+    return handed
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
+def test_a_full_disk_stops_ws_handing_out_what_it_cannot_delete(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    receiver = cluster.add("r", extra={"inbox_path": str(disk / "inbox.sqlite3")})
+    receiver.process = spawn_node(receiver.config_path, receiver.log_path, command=on_small_disk(disk, "2m"))
+    STARTED.append(receiver)
+    try:
+        wait_until(lambda: receiver.get_json("/topology"), 20, what="r's bridge")
+        receiver.peer_id = receiver.get_json("/topology")["our_public_key"]
+        for number in range(16):
+            assert receiver.send(receiver.peer_id, b"m%02d" % number)[0] == 200
+        filler = Path(f"/proc/{receiver.process.pid}/root") / disk.relative_to("/") / "filler"
+        fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left"):
+                while True:  # to the last block
+                    os.write(fill, bytes(4096))
+        finally:
+            os.close(fill)
+        wait_until(lambda: receiver.recv(0)[0] == 503, 20, what="/recv refusing on the full disk")
+        assert asyncio.run(_ws_deliveries(receiver.url, 3.0)) == 0, \
+            "/ws handed out messages whose deletions cannot commit"
+    finally:
+        cluster.stop_all()

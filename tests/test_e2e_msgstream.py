@@ -107,7 +107,7 @@ def post_in_pieces(node, dest: str, body: bytes, pieces: int, pause: float, stop
     import socket
     import time
 
-    head = (f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {dest}\r\n"
+    head = (f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: {dest}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     step = -(-len(body) // pieces)
     with socket.create_connection(("127.0.0.1", node.api_port), timeout=60) as sock:

@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_DEVICE_ENTRIES, MAX_INFOS_PER_PEER,
-                         MAX_READ_AHEAD, MAX_RUMORS, MAX_SESSION_BUFFERS, STREAM_WINDOW, WS_MAX_IN_FLIGHT,
+                         MAX_READ_AHEAD, MAX_RUMORS, MAX_RUNTIME_PEERS, MAX_SESSION_BUFFERS, MAX_STREAM_SESSIONS,
+                         MAX_STREAM_SESSIONS_PER_PEER, STREAM_WINDOW, WS_MAX_IN_FLIGHT,
                          WS_MAX_IN_FLIGHT_BYTES, WS_MAX_MESSAGE)
 from axl.node.stats import MAX_UNANSWERED
 from nodes import Cluster, NodeProcess, metric_samples, wait_until
@@ -158,11 +159,14 @@ def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
     expected = {
         ("inbound_dispatches", "peer"): DISPATCHES_PER_PEER, ("inbound_dispatches", "node"): DISPATCHES_PER_NODE,
         ("stream_window", "stream"): STREAM_WINDOW, ("overlay_connections", "node"): 128,
+        ("stream_seq_window", "stream"): STREAM_WINDOW, ("stream_sessions", "peer"): MAX_STREAM_SESSIONS_PER_PEER,
+        ("stream_sessions", "node"): MAX_STREAM_SESSIONS,
         ("recv_queue", "node"): 1024, ("tree_entries", "peer"): MAX_INFOS_PER_PEER,
         ("ws_message_bytes", "link"): WS_MAX_MESSAGE, ("bridge_read_ahead_bytes", "connection"): MAX_READ_AHEAD,
         ("session_buffers", "node"): MAX_SESSION_BUFFERS, ("lookups_under_way", "node"): MAX_RUMORS,
         ("device_keys", "node"): MAX_DEVICE_ENTRIES, ("device_waiting_packets", "node"): MAX_DEVICE_ENTRIES,
         ("ws_in_flight", "connection"): WS_MAX_IN_FLIGHT, ("ws_in_flight_bytes", "connection"): WS_MAX_IN_FLIGHT_BYTES,
+        ("runtime_peers", "node"): MAX_RUNTIME_PEERS,
     }
     for (budget, scope), limit in expected.items():
         labels = (("budget", budget), ("scope", scope))
@@ -171,6 +175,7 @@ def test_every_budget_shows_its_limit_use_and_refusals(trio) -> None:
     assert value(metrics, "axl_budget_in_use", budget="recv_queue", scope="node") == 1
     assert value(metrics, "axl_budget_in_use", budget="recv_queue_bytes", scope="node") == 700
     assert value(metrics, "axl_budget_in_use", budget="sessions", scope="node") >= 1
+    assert value(metrics, "axl_budget_in_use", budget="stream_sessions", scope="peer") == 1
     assert value(metrics, "axl_budget_in_use", budget="device_keys", scope="node") >= 1
     assert c.recv(5)[2] == b"q" * 700
 

@@ -132,7 +132,7 @@ async def test_sigterm_ends_open_long_polls_and_websockets(tmp_path):
     async with aiohttp.ClientSession() as http:
         ws = await http.ws_connect(node.url + "/ws")
         reader, writer = await asyncio.open_connection("127.0.0.1", node.api_port)
-        writer.write(b"GET /recv?wait=30 HTTP/1.1\r\nHost: node\r\n\r\n")
+        writer.write(b"GET /recv?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         await writer.drain()
         await asyncio.to_thread(wait_until, lambda: polls_waiting(node) == 1, 10, what="the long poll waiting")
         started = time.monotonic()

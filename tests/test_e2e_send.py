@@ -62,7 +62,7 @@ def test_one_byte_over_the_limit_is_413(line4):
     """
     a, _, _, d = line4.nodes
     with socket.create_connection(("127.0.0.1", a.api_port), timeout=10) as sock:
-        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {d.peer_id}\r\n"
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: {d.peer_id}\r\n"
                      f"Content-Length: {16 * 1024 * 1024 + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
         response = sock.recv(4096)
     assert response.startswith(b"HTTP/1.1 413") and b"max_message_size" in response

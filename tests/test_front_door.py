@@ -24,7 +24,7 @@ KEY = "ab" * 32
 
 
 def test_a_plain_send_head_is_read() -> None:
-    head = parse_head(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + KEY.encode()
+    head = parse_head(b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + KEY.encode()
                       + b"\r\nContent-Length:  12 ")
     assert head is not None
     assert (head.method, head.path, head.query) == ("POST", "/send", "")
@@ -44,7 +44,7 @@ def test_connection_close_and_the_query_are_kept() -> None:
     b"GET /ws HTTP/1.1\r\nUpgrade: websocket",                       # WebSocket
     b"POST /send HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1",  # two lengths
     b"POST /send HTTP/1.1\r\nContent-Length: -1",                    # not a length
-    b"GET /health HTTP/1.1\r\nHost: x\r\n  folded",                  # obsolete line folding
+    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n  folded",                  # obsolete line folding
     b"GET /health HTTP/1.1\r\nBad Name: x",                          # not a header name
     b"GET http://x/health HTTP/1.1",                                 # absolute form
     b"get /health HTTP/1.1",                                         # not a method
@@ -114,7 +114,7 @@ class Responses:
 
 
 def send_request(dest: str, payload: bytes, extra: bytes = b"") -> bytes:
-    return (b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + dest.encode()
+    return (b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + dest.encode()
             + b"\r\nContent-Length: %d\r\n" % len(payload) + extra + b"\r\n" + payload)
 
 
@@ -126,9 +126,9 @@ def node(tmp_path_factory):
 
 def test_pipelined_requests_are_answered_in_order(node) -> None:
     requests = [send_request(node.peer_id, f"p{i}".encode()) for i in range(5)]
-    requests.append(b"GET /recv?wait=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+    requests.append(b"GET /recv?wait=5 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     requests.append(send_request("zz", b"bad destination"))
-    requests.append(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    requests.append(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
         sock.sendall(b"".join(requests))
         answers = Responses(sock)
@@ -148,7 +148,7 @@ def test_a_large_body_read_ahead_behind_a_waiting_answer_is_read_on(node) -> Non
     drain(node)
     payload = bytes(range(256)) * (8 << 10)  # 2 MiB
     with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
-        sock.sendall(b"GET /recv?wait=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /recv?wait=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         sending = threading.Thread(target=sock.sendall, args=(send_request(node.peer_id, payload),))
         sending.start()
         answers = Responses(sock)
@@ -163,9 +163,9 @@ def test_a_connection_goes_on_with_the_full_application_after_its_first_other_re
         answers = Responses(sock)
         sock.sendall(send_request(node.peer_id, b"before"))
         assert answers.next()[0] == 200
-        sock.sendall(b"GET /dashboard/api/peers HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.sendall(b"GET /dashboard/api/peers HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
                      + send_request(node.peer_id, b"after")
-                     + b"GET /recv?wait=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+                     + b"GET /recv?wait=5 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         status, headers, _ = answers.next()
         assert status == 200 and headers["content-type"].startswith("application/json")
         status, headers, _ = answers.next()
@@ -181,7 +181,7 @@ def test_a_connection_goes_on_with_the_full_application_after_its_first_other_re
 
 def test_connection_close_is_honoured(node) -> None:
     with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
-        sock.sendall(b"GET /topology HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(b"GET /topology HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         answers = Responses(sock)
         status, headers, _ = answers.next()
         assert status == 200 and headers["connection"] == "close"
@@ -196,7 +196,7 @@ def served_by(request: bytes, node) -> tuple[int, str]:
 
 
 def test_http_1_0_and_long_heads_are_answered_by_the_full_application(node) -> None:
-    status, server = served_by(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", node)
+    status, server = served_by(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", node)
     assert (status, server) == (200, "axl-node")
     status, server = served_by(b"GET /health HTTP/1.0\r\n\r\n", node)
     assert status == 200 and "aiohttp" in server

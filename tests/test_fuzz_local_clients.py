@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.adapters.sse import SseDecoder
-from axl.admin.protocol import MAX_REQUEST, AdminRequest, BadRequest, RequestReader
+from axl.admin.protocol import AdminRequest, BadRequest, RequestReader
 from axl.bridge.peers import _uri_of
+from axl.budgets import ADMIN_MAX_REQUEST
 from axl.gojson import compact, dumps, loads
 from axl.wire import DecodeError
 from fuzzing import FUZZ, chunkings, feed_all, noise_or_mutation, with_chunkings
@@ -41,7 +42,7 @@ def _read(chunks: list[bytes]) -> list[AdminRequest | BadRequest]:
         if found and isinstance(found[-1], BadRequest):
             break  # the connection closes
         found += reader.feed(chunk)
-        assert len(reader._buffer) <= MAX_REQUEST + len(chunk)
+        assert len(reader._buffer) <= ADMIN_MAX_REQUEST + len(chunk)
     return found
 
 

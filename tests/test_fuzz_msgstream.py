@@ -2,7 +2,10 @@
 protocol AXL nodes speak over overlay TCP: a peer controls every byte the
 receiver reads and every acknowledgement the sender reads, cut into segments
 as it likes, so both sides must fail only with StreamError, decode the same
-events however the bytes are split, and never buffer a claimed length."""
+events however the bytes are split, and never buffer a claimed length. The
+receiver keeps the window: no message it accepts is numbered more than
+STREAM_WINDOW beyond the highest of its session before it, and what it holds
+stays bounded whatever the numbers."""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from axl.budgets import STREAM_WINDOW
 from axl.node.msgstream import (
-    STATUS_QUEUED, STATUS_REFUSED, STATUS_TOO_LARGE, Answered, Hello, Message, SessionTable,
+    STATUS_QUEUED, STATUS_REFUSED, STATUS_TOO_LARGE, Answered, Hello, Message, OutsideWindow, SessionTable,
     StreamError, StreamReceiver, StreamSender, encode_ack, encode_hello, encode_message,
 )
 from fuzzing import FUZZ, chunkings, feed_all, noise_or_mutation, peak_allocation, with_chunkings
@@ -23,19 +27,52 @@ PAYLOADS = st.one_of(st.binary(max_size=40), st.binary(min_size=MAX_SIZE - 2, ma
 VALID_STREAMS = [
     encode_hello(7) + encode_message(1, b"one") + encode_message(2, b"x" * 150) + encode_message(1, b"one"),
     encode_hello(2**64 - 1) + encode_message(3, b"y" * (MAX_SIZE + 1)) + encode_message(4, b""),
+    encode_hello(5) + encode_message(2**40, b"far") + encode_message(2**40 + STREAM_WINDOW, b"edge"),
 ]
+# How far each message's number is from the one before: mostly within the
+# window (repeats, reorderings), sometimes beyond it, by a little or a lot.
+STEPS = st.one_of(st.integers(min_value=-3, max_value=STREAM_WINDOW + 2),
+                  st.integers(min_value=STREAM_WINDOW + 1, max_value=2**62))
 
 
 def _receive(chunks: list[bytes]) -> tuple[list[Hello | Message | Answered], bool]:
     """Every event a fresh receiver reports for `chunks`, fed as its caller
-    does (b"" after a Hello), and whether it refused the stream."""
+    does (b"" after a Hello), and whether it refused the stream. Checks the
+    window after each call: the messages it let through keep to it, and it
+    holds one session, no answer, and no more than one frame's bytes."""
     receiver = StreamReceiver(SessionTable(), PEER, MAX_SIZE)
+    seen = 0
 
     def feed(chunk: bytes) -> list[Hello | Message | Answered]:
+        nonlocal seen
         events = receiver.feed(chunk)
-        return events + receiver.feed(b"") if events and isinstance(events[-1], Hello) else events
+        events = events + receiver.feed(b"") if events and isinstance(events[-1], Hello) else events
+        for event in events:
+            if isinstance(event, (Message, Answered)):
+                assert not seen or event.seq <= seen + STREAM_WINDOW
+                seen = max(seen, event.seq)
+        record = receiver.record
+        assert len(receiver.table) <= 1 and len(receiver._buffer) < 13 + MAX_SIZE
+        assert record is None or (record.answers is None and record.taken_upto <= record.seen_upto)
+        return events
 
     return feed_all(feed, chunks, StreamError)
+
+
+def _numbered(first: int, steps: list[tuple[int, bytes]]) -> tuple[list[int], int | None]:
+    """The sequence numbers `steps` make from `first` (kept to u64), and the
+    index of the first one outside the window, if any."""
+    seqs, seq = [], first
+    for step, _ in steps:
+        seqs.append(seq)
+        seq = min(max(1, seq + step), 2**64 - 1)
+    top, outside = 0, None
+    for index, seq in enumerate(seqs):
+        if top and seq > top + STREAM_WINDOW:
+            outside = index
+            break
+        top = max(top, seq)
+    return seqs, outside
 
 
 def _bytewise(data: bytes) -> list[bytes]:
@@ -80,6 +117,29 @@ def test_valid_streams_decode_identically_split_anywhere(session_id, messages, d
     assert _receive([stream]) == (expected, False)
     assert _receive([stream[:cut], stream[cut:]]) == (expected, False)
     assert _receive(data.draw(chunkings(stream))) == (expected, False)
+
+
+@FUZZ
+@given(st.integers(min_value=1, max_value=2**64 - 1), st.lists(st.tuples(STEPS, PAYLOADS), max_size=8), st.data())
+def test_a_number_outside_the_window_refuses_the_stream_before_anything_of_it(first, steps, data):
+    """Numbers anywhere (the first sets where the session is): the stream is
+    refused exactly when one runs more than the window beyond those before
+    it, with OutsideWindow, and every message before it decodes as sent."""
+    seqs, outside = _numbered(first, steps)
+    stream = encode_hello(1) + b"".join(encode_message(seq, body) for seq, (_, body) in zip(seqs, steps))
+    kept = seqs[:outside] if outside is not None else seqs
+    expected = [Hello(1)] + [Answered(seq, STATUS_TOO_LARGE) if len(body) > MAX_SIZE else Message(seq, body)
+                             for seq, (_, body) in zip(kept, steps)]
+    events, refused = _receive(data.draw(chunkings(stream)))
+    assert refused == (outside is not None)
+    if refused:
+        assert events == expected[:len(events)]
+        receiver = StreamReceiver(SessionTable(), PEER, MAX_SIZE)
+        receiver.feed(encode_hello(1))
+        with pytest.raises(OutsideWindow):
+            receiver.feed(stream[13:])
+    else:
+        assert events == expected
 
 
 def test_a_huge_claimed_length_is_answered_from_the_header_and_skipped_unbuffered():

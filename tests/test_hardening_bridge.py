@@ -73,7 +73,7 @@ def cluster(tmp_path_factory) -> Cluster:
 def test_two_gib_content_length_gets_413_without_the_body(cluster) -> None:
     a, b = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
-        sock.sendall(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
+        sock.sendall(b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
                      + b"\r\nContent-Length: 2147483648\r\n\r\n" + b"z" * 1000)
         assert read_status(sock) == 413
         assert closed_by_peer(sock, within=10)
@@ -85,7 +85,7 @@ def test_slow_body_on_send_times_out_while_others_are_served(cluster) -> None:
     loris = []
     for _ in range(LORIS_COUNT):
         sock = socket.create_connection(("127.0.0.1", a.api_port))
-        sock.sendall(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
+        sock.sendall(b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
                      + b"\r\nContent-Length: 1000\r\n\r\nabc")
         loris.append(sock)
     try:
@@ -106,7 +106,7 @@ def test_a_large_body_that_stalls_gets_408_and_what_left_of_it_never_arrives(clu
     assert a.send(b.peer_id, b"stream up")[0] == 200
     assert b.recv(5)[2] == b"stream up"
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
-        sock.sendall(b"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
+        sock.sendall(b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + b.peer_id.encode()
                      + b"\r\nContent-Length: %d\r\n\r\n" % (1 << 20) + b"s" * 600_000)
         assert read_status(sock, timeout=20) == 408
     assert a.send(b.peer_id, b"after the stalled one")[0] == 200
@@ -136,7 +136,7 @@ def test_a_malformed_request_gets_400_and_one_log_line(cluster, request_bytes) -
 def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
     a, _ = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         assert a.request("GET", "/health")[0] == 200
         assert closed_by_peer(sock, within=8)
 
@@ -144,9 +144,9 @@ def test_slow_headers_on_bridge_are_disconnected(cluster) -> None:
 def test_a_stalled_second_head_is_disconnected(cluster) -> None:
     a, _ = cluster.nodes
     with socket.create_connection(("127.0.0.1", a.api_port)) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert read_status(sock) == 200
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         assert closed_by_peer(sock, within=8)
 
 
@@ -174,6 +174,11 @@ def test_bridge_listens_on_loopback_unless_told_otherwise(tmp_path) -> None:
     try:
         assert listening_addresses(default.api_port) == {"0100007F"}
         assert listening_addresses(wide.api_port) == {"00000000"}
+        # The Host rule guards a loopback bridge only: a wide one is reached by its LAN names.
+        lan_name = {"Host": f"192.0.2.7:{wide.api_port}"}
+        assert wide.request("GET", "/topology", None, lan_name)[0] == 200
+        assert wide.request("GET", "/peers", None, lan_name)[0] == 200
+        assert default.request("GET", "/topology", None, lan_name)[0] == 403
     finally:
         cluster.stop_all()
 
@@ -219,7 +224,7 @@ def test_clients_that_leave_mid_body_leave_no_traceback(tmp_path) -> None:
     for path in [b"/send", b"/send", b"/mcp/" + peer + b"/svc", b"/a2a/" + peer]:
         before = requests_counted(node)
         with socket.create_connection(("127.0.0.1", node.api_port)) as sock:
-            sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: " + peer
+            sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + peer
                          + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\"")
         wait_until(lambda: requests_counted(node) > before, 10, what="the node done with the client that left")
     assert node.request("GET", "/health", timeout=10)[0] == 200

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from axl.budgets import DISPATCHES_PER_PEER, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, KiB
 from axl.chaos.hostile import (ATTACK_RSS_BUDGET, DISPATCH_MESSAGES, PIPELINE_CLIENTS, AttackReport,
-                               attack_dispatch_flood, attack_pipeline, attack_pipeline_many, attack_ws_message)
+                               attack_dispatch_flood, attack_pipeline, attack_pipeline_many, attack_sequence_jump,
+                               attack_ws_message)
 
 # What one read can add to a connection's read-ahead before its reading pauses.
 READ_SIZE = 256 * KiB
@@ -59,3 +60,17 @@ def test_many_clients_pipelining_share_the_node_read_ahead_budget(tmp_path) -> N
     assert PIPELINE_CLIENTS * MAX_READ_AHEAD > READ_AHEAD_PER_NODE + PIPELINE_CLIENTS * READ_SIZE
     assert held.read_ahead <= READ_AHEAD_PER_NODE + PIPELINE_CLIENTS * READ_SIZE, held.text()
     assert held.paused_at_node_budget > 0, held.text()
+
+
+def test_a_sequence_number_jump_resets_the_stream_and_every_sender_is_answered(tmp_path) -> None:
+    """A jump of 2**31 on an open session took the receiver from 47 to 593
+    MiB (by 2**45 its commit failed and both senders' messages were never
+    answered, their inbox room taken for good). Now the jump resets the
+    stream (its sender, reopening twice, reports 504), a session starting
+    that far up is taken as it is (200, in constant memory), and another
+    sender's message is answered 200."""
+    report, jumps = attack_sequence_jump(tmp_path)
+    holds(report)
+    assert jumps.jumped == 504 and jumps.far_start == [200, 200] and jumps.well_behaved == 200, jumps.text()
+    assert jumps.refused["stream_seq_window", "stream"] == 3, jumps.text()  # the jump and its two repeats
+    assert (tmp_path / "target.log").read_text().count("(outside the window): reset") == 1  # one line per 10 s

@@ -16,7 +16,9 @@ from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
                                 StreamSender)
-from axl.node.store import APART_BYTES, CHECKPOINT_PAGES, InboxStore, NotThisNodesInbox, StoreError
+from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, CommittedSession, InboxStore, NotThisNodesInbox,
+                            StoreError)
+from fuzzing import peak_allocation
 
 OWNER = b"\x0a" * 32
 SENDER = b"\x01" * 32
@@ -239,6 +241,38 @@ async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path) -> None
     receiver = StreamReceiver(table, SENDER, max_message_size=1 << 20)
     assert receiver.feed(sender.start_connection()) == [Hello(9)]
     assert receiver.feed(b"") == [Answered(1, STATUS_QUEUED), Message(2, b"two"), Answered(3, STATUS_QUEUED)]
+
+
+def test_a_session_number_far_ahead_is_committed_in_constant_memory() -> None:
+    """The first message a stream sees of a session it does not know may carry
+    any number: the committed record moves there in constant memory, not by
+    a shift as long as the jump (2**31 took 546 MiB, 2**45 MemoryError)."""
+    session = CommittedSession()
+    session.add(3)
+    far = 3 + (1 << 26)
+    assert peak_allocation(lambda: session.add(far)) < 64 * 1024
+    session.add(far - 2)
+    assert list(session.committed()) == [far - 2, far]
+    assert CommittedSession.decode(session.encode()) == session
+
+
+async def test_a_batch_that_fails_for_any_reason_is_refused_and_gives_its_room_back(tmp_path: Path) -> None:
+    """Not only SQLite's errors: a batch that fails as it is built or staged
+    (here a sequence number no stream can carry, beyond 64 bits) refuses
+    every message in it, whose room in the inbox is given back, instead of
+    stranding them with their senders unanswered."""
+    inbox = Inbox(2, 1 << 20, open_store(tmp_path / "inbox.sqlite3"))
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"fine", origin=(5, 1))
+    outcomes.offer(inbox, b"unwritable", origin=(5, 1 << 64))
+    await settle(inbox)
+    assert outcomes.settled == [(b"fine", False), (b"unwritable", False)]
+    assert inbox.held == 0
+    outcomes.offer(inbox, b"after", origin=(5, 2))
+    outcomes.offer(inbox, b"and another")
+    await settle(inbox)
+    assert outcomes.settled[2:] == [(b"after", True), (b"and another", True)]
+    inbox.close()
 
 
 def test_session_records_are_bounded(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from axl.identity import NodeIdentity
 from axl.link.framing import KEEPALIVE_FRAME, FrameType, encode_frame
-from axl.link.manager import Link, LinkManager
+from axl.link.manager import NODE_LOG_LINES, NODE_LOG_WINDOW, PEER_LOG_INTERVAL, DialFailureLog, Link, LinkManager
 from axl.link.meta import decode_meta, encode_meta
 from axl.link.tls import server_context
 from axl.link.uri import parse_peer_uri
@@ -381,16 +381,16 @@ async def test_redialing_survives_an_unexpected_error(managers, monkeypatch, cap
     server, _ = managers(ID_A)
     client, at_client = managers(ID_B)
     uri = await _listen(server, "tcp://127.0.0.1:0")
-    real_dial_once = client._dial_once
+    real_connect = client._connect
     attempts = []
 
     async def fails_first(peer):
         attempts.append(peer)
         if len(attempts) == 1:
             raise RuntimeError("unexpected failure in one attempt")
-        return await real_dial_once(peer)
+        return await real_connect(peer)
 
-    monkeypatch.setattr(client, "_dial_once", fails_first)
+    monkeypatch.setattr(client, "_connect", fails_first)
     with caplog.at_level(logging.ERROR, logger="axl.link"):
         client.add_peer(uri)
         await at_client.until(lambda: at_client.ups)
@@ -478,3 +478,30 @@ async def test_a_configured_peer_remembers_why_it_is_down(managers) -> None:
     await server.stop()
     await at_other.until(lambda: other.peers_status()[0]["last_error"])
     assert not other.peers_status()[0]["up"]
+
+
+def test_dial_failures_are_logged_once_a_while_per_peer_and_node() -> None:
+    """Sans-IO: a peer's first failure, a changed error or the same one
+    after PEER_LOG_INTERVAL get a line (with the retry delay); the node
+    writes at most NODE_LOG_LINES a window, then counts the rest."""
+    notes = DialFailureLog()
+    refused = "[Errno 111] Connection refused"
+    assert notes.lines("tls://h:1", refused, 2.2, 0.0) == ["dial tls://h:1 failed: [Errno 111] Connection refused "
+                                                            "(retrying in 2 s)"]
+    assert notes.lines("tls://h:1", refused, 4.0, 2.0) == []
+    assert notes.lines("tls://h:1", refused, 8.0, 6.0) == []
+    assert notes.lines("tls://h:1", "timed out", 16.0, 14.0) == [
+        "dial tls://h:1 failed: timed out (retrying in 16 s); 2 more failure(s) of this peer since its last line"]
+    assert notes.lines("tls://h:1", "timed out", 60.0, 14.0 + PEER_LOG_INTERVAL) == [
+        "dial tls://h:1 failed: timed out (retrying in 60 s)"]
+    assert notes.lines("tls://h:2", refused, None, 400.0)[0] == "dial tls://h:2 failed: " + refused
+
+    flood = DialFailureLog()
+    lines = [line for index in range(3000) for line in flood.lines(f"tls://h:{index}", refused, 1.0, 1000.0)]
+    assert len(lines) == NODE_LOG_LINES
+    later = flood.lines("tls://h:0", "timed out", 2.0, 1000.0 + NODE_LOG_WINDOW)
+    assert later[0] == (f"{3000 - NODE_LOG_LINES} more dial failure(s) not logged in the last 10 s "
+                        f"(at most {NODE_LOG_LINES} lines a 10 s)")
+    assert later[1].startswith("dial tls://h:0 failed: timed out")
+    assert flood.lines("tls://h:20", refused, 1.0, 1000.0 + 2 * NODE_LOG_WINDOW) == [
+        f"dial tls://h:20 failed: {refused} (retrying in 1 s)"]

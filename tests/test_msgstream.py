@@ -14,6 +14,7 @@ from axl.node.msgstream import (
     Answered,
     Hello,
     Message,
+    OutsideWindow,
     SessionRecord,
     SessionTable,
     StreamError,
@@ -179,6 +180,52 @@ def test_session_memory_is_bounded() -> None:
     assert table.record(PEER, 1).answers is None
 
 
+def test_a_sender_minting_sessions_pushes_out_only_its_own() -> None:
+    """Each sender has its share of the table: one that opens session after
+    session forgets its own oldest, never another sender's record (whose
+    resend after a reconnection would then be delivered twice)."""
+    table = SessionTable(capacity=8, per_peer=2)
+    other = b"\2" * 32
+    table.record(other, 1).remember(1, STATUS_QUEUED)
+    for session_id in range(100):
+        table.record(PEER, session_id)
+    assert table.record(other, 1).answers == {1: STATUS_QUEUED}
+    assert table.most_held_by_one_peer() == 2 and len(table) == 3
+    assert table.pushed_out == {"peer": 98, "node": 0}
+
+
+def test_a_sequence_number_beyond_the_window_is_a_stream_error() -> None:
+    """A sender numbers its messages as they go out, at most STREAM_WINDOW of
+    them unanswered, so none is further than that beyond the highest the
+    receiver has seen of the session: one that is (a jump of 2**31 took a
+    receiver from 47 to 593 MiB in its durable inbox's session record) is
+    refused on its header, before anything of it is taken, on this
+    connection and on the next of the session."""
+    table = SessionTable()
+    receiver = StreamReceiver(table, PEER, max_message_size=100)
+    edge = 1 + STREAM_WINDOW
+    assert feed(receiver, encode_hello(1) + encode_message(1, b"a") + encode_message(edge, b"b"))[1:] == [
+        Message(1, b"a"), Message(edge, b"b")]
+    with pytest.raises(OutsideWindow):
+        receiver.feed(encode_message(edge + STREAM_WINDOW + 1, b"c"))
+    again = StreamReceiver(table, PEER, max_message_size=100)
+    with pytest.raises(OutsideWindow):
+        feed(again, encode_hello(1) + encode_message(edge + (1 << 31), b"x" * 1000))  # too large too: the header is enough
+    record = table.record(PEER, 1)
+    assert (record.taken_upto, record.seen_upto) == (edge, edge)
+
+
+def test_the_first_number_seen_of_a_session_sets_where_it_is() -> None:
+    """A session this node does not know (new, forgotten, or restored after a
+    restart without the 503s it gave) may be anywhere: its first number is
+    taken as it is, and the window counts from there."""
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    far = 1 << 63
+    assert feed(receiver, encode_hello(3) + encode_message(far, b"x")) == [Hello(3), Message(far, b"x")]
+    with pytest.raises(OutsideWindow):
+        receiver.feed(encode_message(far + STREAM_WINDOW + 1, b"y"))
+
+
 def test_an_oversize_message_is_refused_unread_and_the_stream_goes_on() -> None:
     sender = StreamSender(session_id=3)
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=4)
@@ -249,7 +296,9 @@ def test_an_ack_for_a_message_still_waiting_in_the_sender_is_refused() -> None:
         sender.receive(encode_ack(2, STATUS_QUEUED))
 
 
-def test_a_message_withdrawn_while_waiting_is_never_sent() -> None:
+def test_a_message_withdrawn_while_waiting_is_never_sent_and_leaves_no_gap_on_the_wire() -> None:
+    """The next message takes the number on the wire the withdrawn one would
+    have had; its sender still knows it by the number submit gave it."""
     sender = StreamSender(session_id=2, window_messages=1)
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     wire = sender.start_connection()
@@ -260,7 +309,27 @@ def test_a_message_withdrawn_while_waiting_is_never_sent() -> None:
     wire += sender.take_output()
     assert feed(receiver, wire)[1:] == [Message(1, b"sent")]
     sender.receive(receiver.answer(1, STATUS_QUEUED))
-    assert feed(receiver, sender.take_output()) == [Message(3, b"later")]
+    assert feed(receiver, sender.take_output()) == [Message(2, b"later")]
+    assert sender.receive(receiver.answer(2, STATUS_QUEUED)) == [Ack(3, STATUS_QUEUED)]
+    assert not sender.unacked
+
+
+def test_many_messages_withdrawn_while_waiting_do_not_take_the_session_outside_the_window() -> None:
+    """A slow receiver: more than a window of messages wait in the sender
+    and are withdrawn at their send timeout. The next one still goes out
+    within the receiver's window (numbered on the way out)."""
+    sender = StreamSender(session_id=2, window_messages=1)
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    feed(receiver, sender.start_connection())
+    first = sender.submit(b"slow")
+    given_up = [sender.submit(b"given up") for _ in range(2 * STREAM_WINDOW)]
+    for seq in given_up:
+        sender.withdraw(seq)
+    later = sender.submit(b"later")
+    assert feed(receiver, sender.take_output()) == [Message(1, b"slow")]
+    assert sender.receive(receiver.answer(1, STATUS_QUEUED)) == [Ack(first, STATUS_QUEUED)]
+    assert feed(receiver, sender.take_output()) == [Message(2, b"later")]
+    assert sender.receive(receiver.answer(2, STATUS_QUEUED)) == [Ack(later, STATUS_QUEUED)]
 
 
 def test_a_body_written_as_it_arrives_goes_out_whole_and_holds_back_later_messages() -> None:

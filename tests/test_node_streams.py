@@ -12,7 +12,7 @@ from axl.budgets import STREAM_WINDOW
 from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
 from axl.identity import address_for_key
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
-from axl.node.streams import BODY_HOLD
+from axl.node.streams import BODY_HOLD, PeerLogLimit
 from axl.routing.frames import split_frame
 from axl.tcp.connection import TcpConfig
 from axl.tcp.framing import message_header
@@ -436,3 +436,18 @@ def test_the_listener_counts_connections_messages_over_the_limit_and_ends_mid_me
     sender.apply([], pair.now)
     pair.run(1.0)
     assert (counts.accepts, counts.read_errors) == (3, 1)
+
+
+def test_a_peer_breaking_the_protocol_is_logged_at_most_once_an_interval() -> None:
+    """Each reset of a peer's stream could write a line: one per interval per
+    peer gets out, saying how many were left out; other peers are not held back."""
+    limit = PeerLogLimit(interval=10.0, capacity=2)
+    hostile, other = b"\1" * 32, b"\2" * 32
+    assert limit.allow(hostile, 0.0) == 0
+    assert [limit.allow(hostile, when) for when in (1.0, 2.0, 9.9)] == [None, None, None]
+    assert limit.allow(other, 5.0) == 0
+    assert limit.allow(hostile, 10.0) == 3
+    assert limit.allow(hostile, 11.0) is None
+    for number in range(3, 10):  # more peers than it remembers: the oldest go
+        limit.allow(bytes([number]) * 32, 12.0)
+    assert len(limit._peers) == 2

@@ -89,7 +89,7 @@ def test_chunked_body_over_the_limit_gets_413(nodes) -> None:
 def chunked_status(node, body: bytes) -> bytes:
     """Status line for a chunked /send whose whole body leaves in one write with its headers."""
     with socket.create_connection(("127.0.0.1", node.api_port), timeout=30) as sock:
-        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {node.peer_id}\r\n"
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: {node.peer_id}\r\n"
                      f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{len(body):x}\r\n".encode()
                      + body + b"\r\n0\r\n\r\n")
         return sock.recv(4096).split(b"\r\n", 1)[0]
@@ -105,7 +105,7 @@ def test_a_chunked_body_that_arrived_whole_is_held_to_the_limit(nodes) -> None:
 def test_expect_continue_gets_413_before_any_body(nodes) -> None:
     small, _ = nodes
     with socket.create_connection(("127.0.0.1", small.api_port), timeout=10) as sock:
-        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {small.peer_id}\r\n"
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: {small.peer_id}\r\n"
                      f"Content-Length: {SMALL_LIMIT + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
         head = sock.recv(4096)
     assert head.startswith(b"HTTP/1.1 413")
@@ -115,7 +115,7 @@ def test_expect_continue_within_the_limit_is_told_to_go_on(nodes) -> None:
     small, _ = nodes
     body = b"z" * 100
     with socket.create_connection(("127.0.0.1", small.api_port), timeout=30) as sock:
-        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {small.peer_id}\r\n"
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: {small.peer_id}\r\n"
                      f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode())
         assert sock.recv(4096).startswith(b"HTTP/1.1 100")
         sock.sendall(body)

@@ -2,12 +2,16 @@
 
 A long poll whose client has gone (curl's --max-time, a cancelled aiohttp
 request, a closed socket) must not take a message, and a message whose
-response cannot be written goes back to the front of the queue.
+response cannot be written goes back to the front of the queue. A message
+written leaves the inbox only once its client is proven to have it
+(axl.bridge.handoff): a client that hangs up without reading leaves it there,
+on the front door and on the full application (aiohttp) alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import shutil
 import socket
 import subprocess
@@ -18,8 +22,9 @@ from collections import Counter
 import aiohttp
 import pytest
 
+from axl.bridge.handoff import Handoff
 from axl.node.inbox import Inbox
-from nodes import drain, lone_node, polls_waiting, wait_until
+from nodes import Cluster, drain, lone_node, metric_samples, polls_waiting, wait_until
 
 SENDER = b"\x01" * 32
 
@@ -115,6 +120,46 @@ async def test_a_poll_cancelled_after_its_message_was_handed_over_gives_it_back(
     assert inbox.get_nowait().payload == b"m1"
 
 
+# -- the handoff rule ----------------------------------------------------------
+
+
+def test_the_next_bytes_from_the_client_prove_every_answer_before_them() -> None:
+    handoff = Handoff()
+    handoff.written("m1")
+    handoff.written("m2")
+    assert handoff.pending
+    assert handoff.client_sent() == ["m1", "m2"]
+    assert not handoff.pending and handoff.broken() == []
+
+
+def test_a_fin_proves_the_answers_only_once_the_client_host_acknowledged_every_byte() -> None:
+    handoff = Handoff()
+    handoff.written("m1")
+    handoff.finished()
+    assert handoff.unacknowledged(4096) == [] and handoff.pending
+    assert handoff.unacknowledged(0) == ["m1"]
+    assert not handoff.pending
+
+
+def test_a_reset_or_an_unproven_end_gives_every_answer_back() -> None:
+    handoff = Handoff()
+    handoff.written("m1")
+    handoff.finished()
+    assert handoff.unacknowledged(10) == []
+    handoff.written("m2")
+    assert handoff.broken() == ["m1", "m2"]
+    assert not handoff.pending
+
+
+def test_an_answer_that_could_not_be_written_is_withdrawn_once() -> None:
+    handoff = Handoff()
+    handoff.written("m1")
+    assert handoff.withdraw("m1")
+    assert not handoff.withdraw("m1")
+    handoff.written("m2")
+    assert handoff.broken() == ["m2"] and not handoff.withdraw("m2")
+
+
 # -- real nodes -----------------------------------------------------------------
 
 
@@ -142,7 +187,7 @@ def abandoned_polls(node, count: int) -> None:
     and wait until it has let them go."""
     socks = [socket.create_connection(("127.0.0.1", node.api_port), timeout=5) for _ in range(count)]
     for sock in socks:
-        sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     wait_until(lambda: polls_waiting(node) == count, 10, what=f"{count} long polls waiting")
     for sock in socks:
         sock.close()
@@ -220,7 +265,7 @@ def test_many_pollers_some_leaving_receive_every_message_once(empty) -> None:
         and still read whatever the bridge wrote before it noticed."""
         while not sending_done.is_set() and time.monotonic() < deadline:
             with socket.create_connection(("127.0.0.1", empty.api_port), timeout=5) as sock:
-                sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.sendall(b"GET /recv?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 sock.settimeout(0.15)
                 try:
                     sock.recv(1, socket.MSG_PEEK)
@@ -247,3 +292,133 @@ def test_many_pollers_some_leaving_receive_every_message_once(empty) -> None:
             thread.join(70)
     received += drain(empty)
     assert Counter(received) == Counter(payloads)
+
+
+# The same /recv on the front door (HTTP/1.1) and on the full application
+# (aiohttp), which serves a connection whose requests the front door does
+# not (HTTP/1.0 among them).
+RECV_REQUESTS = {
+    "front door": b"GET /recv HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    "full application": b"GET /recv HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+}
+CURL_VERSIONS = {"front door": "--http1.1", "full application": "--http1.0"}
+
+
+def held(node) -> int:
+    """Messages `node`'s inbox holds: queued, or written to a client not yet known to have them."""
+    _, _, body = node.request("GET", "/metrics", timeout=10)
+    return int(metric_samples(body.decode())[("axl_inbox_messages", ())])
+
+
+def receive_all(node, count: int) -> list[bytes]:
+    """`count` messages from `node`, waiting for those its clients gave back."""
+    got: list[bytes] = []
+    wait_until(lambda: got.extend(drain(node)) or len(got) >= count, 15, what=f"{count} messages receivable")
+    return got
+
+
+def no_traceback(node) -> None:
+    log = node.log_path.read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("server", RECV_REQUESTS)
+def test_clients_that_hang_up_without_reading_leave_every_message(empty, server) -> None:
+    """20 messages, 20 clients that ask and close without reading (half at
+    once, half once the answer is in their socket, which then resets): all
+    20 still receivable, and no traceback in the log."""
+    payloads = [f"m{i}".encode() for i in range(20)]
+    send_all(empty, payloads)
+    socks = [socket.create_connection(("127.0.0.1", empty.api_port), timeout=5) for _ in payloads]
+    for sock in socks:
+        sock.sendall(RECV_REQUESTS[server])
+    for sock in socks[:10]:
+        sock.close()
+    for sock in socks[10:]:
+        sock.recv(1, socket.MSG_PEEK)
+        sock.close()
+    assert Counter(receive_all(empty, 20)) == Counter(payloads)
+    no_traceback(empty)
+
+
+@pytest.mark.parametrize("server", RECV_REQUESTS)
+def test_a_large_message_read_in_part_stays_in_the_inbox_across_a_restart(tmp_path, server) -> None:
+    payload = bytes(range(256)) * (8 << 12)  # 8 MiB
+    with lone_node(tmp_path) as node:
+        send_all(node, [payload])
+        with socket.create_connection(("127.0.0.1", node.api_port), timeout=10) as sock:
+            sock.sendall(RECV_REQUESTS[server])
+            read = 0
+            while read < 64 << 10:
+                chunk = sock.recv(65536)
+                assert chunk
+                read += len(chunk)
+        wait_until(lambda: held(node) == 1 and polls_waiting(node) == 0, 10, what="the message kept")
+        no_traceback(node)
+        node.stop()
+        node.start()
+        status, _, body = node.recv(0)
+        assert status == 200 and body == payload
+        node.stop()
+        node.start()
+        assert node.recv(0)[0] == 204  # read whole, it left the inbox for good
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+@pytest.mark.parametrize("server", CURL_VERSIONS)
+def test_curl_gets_each_message_exactly_once(empty, server) -> None:
+    """curl asks, reads the answer whole and closes (a FIN, not a reset):
+    the message is its, and is not delivered again."""
+    payloads = [f"c{i}".encode() for i in range(5)]
+    send_all(empty, payloads)
+    logged = len(empty.log_path.read_text())
+    got = [subprocess.run(["curl", "-s", "--fail", CURL_VERSIONS[server], f"{empty.url}/recv"],
+                          capture_output=True, timeout=20, check=True).stdout for _ in payloads]
+    assert got == payloads
+    wait_until(lambda: held(empty) == 0, 10, what="every message delivered")
+    assert drain(empty) == []
+    assert "returned to the queue" not in empty.log_path.read_text()[logged:]
+
+
+def test_a_kept_alive_connection_gets_each_message_exactly_once(empty) -> None:
+    """As a Go client polls: GET /recv again and again on one connection,
+    reading each answer whole; the next request proves the one before, and
+    the clean close the last."""
+    payloads = [f"k{i}".encode() for i in range(5)]
+    send_all(empty, payloads)
+    connection = http.client.HTTPConnection("127.0.0.1", empty.api_port, timeout=10)
+    got = []
+    for _ in payloads:
+        connection.request("GET", "/recv")
+        response = connection.getresponse()
+        got.append(response.read())
+    assert got == payloads
+    connection.request("GET", "/recv")
+    assert connection.getresponse().status == 204
+    assert held(empty) == 0
+    connection.close()
+    assert drain(empty) == []
+
+
+def test_on_a_unix_socket_a_client_that_hangs_up_leaves_the_message_and_a_reader_gets_it_once(tmp_path) -> None:
+    """On a UNIX socket a peer that closes with bytes unread resets ours
+    (ECONNRESET), and TIOCOUTQ counts what the peer has not read: the same rule."""
+    cluster = Cluster(tmp_path)
+    node = cluster.add("u", listen=False, extra={"bridge_addr": f"unix://{tmp_path}/bridge.sock"})
+    cluster.start_all()
+    try:
+        payloads = [f"u{i}".encode() for i in range(10)]
+        send_all(node, payloads)
+        for request in RECV_REQUESTS.values():
+            for _ in range(5):
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(5)
+                    sock.connect(f"{tmp_path}/bridge.sock")
+                    sock.sendall(request)
+                    sock.recv(1, socket.MSG_PEEK)
+        assert Counter(receive_all(node, 10)) == Counter(payloads)
+        wait_until(lambda: held(node) == 0, 10, what="every message delivered")
+        assert drain(node) == []
+        no_traceback(node)
+    finally:
+        cluster.stop_all()

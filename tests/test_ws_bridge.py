@@ -329,7 +329,7 @@ def raw_ws(node) -> socket.socket:
     """A WebSocket opened by hand on a plain socket, so the test controls its writes and its close."""
     sock = socket.create_connection(("127.0.0.1", node.api_port), timeout=10)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    sock.sendall(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:

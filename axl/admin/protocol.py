@@ -20,16 +20,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from axl.budgets import ADMIN_MAX_REQUEST
 from axl.gojson import Raw, dumps, indent, loads
+from axl.readbuffer import ReadBuffer
 
-# Larger requests are refused: the biggest real one is an addPeer with a long URI.
-MAX_REQUEST = 64 << 10
 NOT_JSON = "Failed to find request"
 NOT_A_REQUEST = "Failed to unmarshal request"
 NO_NAME = "No request specified"
 
-# Inside a value: a string (group 1 set when it is closed) or a bracket.
-_SCAN = re.compile(rb'"(?:[^"\\]|\\.)*(")?|[\[\]{}]', re.S)
+# Inside a value: where a string or a bracket begins, and the rest of a string up to its closing quote.
+_STRUCTURE = re.compile(rb'["\[\]{}]')
+_STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*', re.S)
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _SCALAR = re.compile(rb'[^ \t\r\n\[\]{},:"]*')
 
@@ -62,57 +63,89 @@ def _decode(text: bytes) -> Any:
 
 
 class RequestReader:
-    """Requests out of a byte stream, each as soon as its JSON value is whole."""
+    """Requests out of a byte stream, each as soon as its JSON value is whole.
+
+    The search for a value's end resumes where the last one stopped
+    (axl.readbuffer), keeping how deep in brackets it is and whether it is
+    inside a string: a request trickled in byte by byte is looked through
+    once."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._buffer = ReadBuffer()
+        self._depth = 0
+        self._in_string = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes of a request begun and not yet whole."""
+        return len(self._buffer)
 
     def feed(self, data: bytes) -> list[AdminRequest | BadRequest]:
         """The requests `data` completed; after a BadRequest nothing more is read."""
-        self._buffer += data
+        buffer = self._buffer
+        buffer.append(data)
         found: list[AdminRequest | BadRequest] = []
         while True:
-            start = _SPACE.match(self._buffer).end()
-            end = _value_end(self._buffer, start)
+            buffer.skip(_SPACE.match(buffer.data, buffer.front).end() - buffer.front)
+            end = self._value_end()
             if end is None:
-                self._buffer = self._buffer[start:]
-                if len(self._buffer) > MAX_REQUEST:
+                if len(buffer) > ADMIN_MAX_REQUEST:
                     found.append(BadRequest(NOT_JSON, {"request": ""}))
+                    self._forget()
                 return found
-            text, self._buffer = self._buffer[start:end], self._buffer[end:]
-            request = parse_request(text)
+            request = parse_request(buffer.take(end - buffer.front))
             found.append(request)
+            self._depth, self._in_string = 0, False
             if isinstance(request, BadRequest):
-                self._buffer = b""
+                self._forget()
                 return found
 
+    def _forget(self) -> None:
+        """After a BadRequest the connection closes: nothing more is read."""
+        self._buffer.skip(len(self._buffer))
+        self._depth, self._in_string = 0, False
 
-def _value_end(buffer: bytes, start: int) -> int | None:
-    """Where the JSON value starting at `start` ends; None when more bytes
-    are needed. A value that is not JSON ends where its container closes,
-    or at its first delimiter; parsing it then says it is not JSON."""
-    if start >= len(buffer):
-        return None
-    if buffer[start:start + 1] not in (b"{", b"[", b'"'):
-        end = _SCALAR.match(buffer, start).end()
-        if end == start:
-            return start + 1  # a stray delimiter
-        return end if end < len(buffer) else None
-    depth = 0
-    for match in _SCAN.finditer(buffer, start):
-        token = match.group()
-        if token[:1] == b'"':
-            if match.group(1) is None:
-                return None  # the string goes on in bytes still to come
-            if depth == 0:
-                return match.end()
-        elif token in (b"{", b"["):
-            depth += 1
-        else:
-            depth -= 1
-            if depth <= 0:
-                return match.end()
-    return None
+    def _value_end(self) -> int | None:
+        """Where the JSON value at the front ends (an offset of the buffer's
+        data); None when more bytes are needed. A value that is not JSON
+        ends where its container closes, or at its first delimiter; parsing
+        it then says it is not JSON."""
+        buffer = self._buffer
+        data, start = buffer.data, buffer.front
+        if start >= len(data):
+            return None
+        if data[start:start + 1] not in (b"{", b"[", b'"'):
+            end = _SCALAR.match(data, buffer.resume_at()).end()
+            if end == start:
+                return start + 1  # a stray delimiter
+            buffer.looked_to(end)
+            return end if end < len(data) else None
+        position = buffer.resume_at()
+        while True:
+            if self._in_string:
+                position = _STRING_REST.match(data, position).end()
+                if position >= len(data) or data[position:position + 1] != b'"':
+                    buffer.looked_to(position)  # a lone backslash at the end is looked at again
+                    return None
+                self._in_string = False
+                position += 1
+                if self._depth == 0:
+                    return position
+                continue
+            bracket = _STRUCTURE.search(data, position)
+            if bracket is None:
+                buffer.looked_to(len(data))
+                return None
+            position = bracket.end()
+            token = bracket.group()
+            if token == b'"':
+                self._in_string = True
+            elif token in (b"{", b"["):
+                self._depth += 1
+            else:
+                self._depth -= 1
+                if self._depth <= 0:
+                    return position
 
 
 def parse_request(text: bytes) -> AdminRequest | BadRequest:

@@ -10,14 +10,14 @@ TCP one should stay on loopback (the node warns otherwise).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from dataclasses import dataclass, field
 
 from axl.admin.commands import AdminNode, CommandError, run_command
 from axl.admin.protocol import AdminRequest, BadRequest, RequestReader, render
+from axl.budgets import ADMIN_REQUEST_TIMEOUT
 from axl.config import AdminAddress
-from axl.localsocket import bind_unix_socket, remove_socket
+from axl.localsocket import bind_unix_socket, is_loopback, remove_socket
 from axl.tasks import start_task
 
 log = logging.getLogger("axl.admin")
@@ -75,7 +75,7 @@ class AdminServer:
                 self._server = await asyncio.start_server(self._serve, address.host, address.port)
         except OSError as exc:
             raise OSError(f"admin socket {address}: {exc.strerror or exc}") from None
-        if not address.unix_path and not _is_loopback(address.host):
+        if not address.unix_path and not is_loopback(address.host):
             log.warning("admin socket on %s, which is not loopback: anyone who reaches it can "
                         "add and remove peers (it has no authentication, as in yggdrasil)", address)
         self._sampler = start_task(self._sample_rates(), log, "admin rate sampling")
@@ -117,17 +117,32 @@ class AdminServer:
             writer.close()
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer requests in order until one does not ask to keep the connection."""
+        """Answer requests in order until one does not ask to keep the connection.
+        A request begun must be whole within ADMIN_REQUEST_TIMEOUT."""
         requests = RequestReader()
+        loop = asyncio.get_running_loop()
+        begun: float | None = None
         while True:
-            data = await asyncio.wait_for(reader.read(READ_SIZE), IDLE_TIMEOUT)
+            wait = IDLE_TIMEOUT if begun is None else begun + ADMIN_REQUEST_TIMEOUT - loop.time()
+            try:
+                data = await asyncio.wait_for(reader.read(READ_SIZE), wait)
+            except asyncio.TimeoutError:
+                if begun is not None:
+                    log.info("admin socket: closed a connection whose request was not whole within %gs "
+                             "(%d bytes)", ADMIN_REQUEST_TIMEOUT, requests.pending)
+                return
             if not data:
                 return
-            for request in requests.feed(data):
+            answered = requests.feed(data)
+            for request in answered:
                 writer.write(await self._answer(request))
                 await writer.drain()
                 if isinstance(request, BadRequest) or not request.keepalive:
                     return
+            if not requests.pending:
+                begun = None
+            elif begun is None or answered:
+                begun = loop.time()
 
     async def _answer(self, request: AdminRequest | BadRequest) -> bytes:
         if isinstance(request, BadRequest):
@@ -142,9 +157,3 @@ class AdminServer:
             return render(request.echo, error=f"{request.name} failed inside the node; see its log")
         return render(request.echo, response)
 
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

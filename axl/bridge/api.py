@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import Answer, text_answer
 from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, BudgetBoard, BudgetUse
 from axl.config import NodeConfig
@@ -116,23 +117,43 @@ class ReceiverSlot:
 
 
 class ClientWatch:
-    """A future per open client connection, settled when that connection closes.
+    """A future per open client connection, settled when that connection
+    closes, and the connection's Handoff (its /recv messages not yet proven
+    received).
 
     A handler whose client has left keeps running (neither server cancels
     it). A long poll must notice, or it would take a message out of the
-    queue for nobody. The front door registers every connection here.
+    queue for nobody. The front door registers every connection here, and
+    the transport it shows the full application as another name for it.
     """
 
     def __init__(self) -> None:
         self._closed: dict[object, asyncio.Future[None]] = {}
+        self._handoffs: dict[object, Handoff] = {}
 
-    def opened(self, transport: object) -> None:
+    def opened(self, transport: object, handoff: Handoff) -> None:
         self._closed[transport] = asyncio.get_running_loop().create_future()
+        self._handoffs[transport] = handoff
 
-    def closed(self, transport: object) -> None:
-        closed = self._closed.pop(transport, None)
+    def alias(self, alias: object, transport: object) -> None:
+        """`alias` names the same connection as `transport`."""
+        self._closed[alias] = self._closed[transport]
+        self._handoffs[alias] = self._handoffs[transport]
+
+    def left(self, transport: object) -> None:
+        """The client sends no more (its FIN): long polls on it take nothing."""
+        closed = self._closed.get(transport)
         if closed is not None and not closed.done():
             closed.set_result(None)
+
+    def closed(self, transport: object) -> None:
+        self.left(transport)
+        self._closed.pop(transport, None)
+        self._handoffs.pop(transport, None)
+
+    def handoff(self, transport: object) -> Handoff | None:
+        """The connection's Handoff; None once it is closed."""
+        return self._handoffs.get(transport)
 
     def closing(self, transport: asyncio.BaseTransport | None) -> asyncio.Future[None] | None:
         """The future `transport` settles on closing; None when it is already closed."""
@@ -300,8 +321,9 @@ def recv_answer(node: BridgeNode, slot: ReceiverSlot,
 
     The wait (`node.take(wait, until=closing)`) takes a message only while
     the client is still there, and ends early when it leaves. The caller
-    gives the message back if writing the answer fails, and tells the node
-    it was delivered once written.
+    gives the message back if writing the answer fails, and hands it to
+    the connection's Handoff as it writes it: the message leaves the inbox
+    once the client is proven to have it (axl.bridge.handoff).
     """
     if message is None:
         return Answer(204), None
@@ -316,3 +338,17 @@ def recv_answer(node: BridgeNode, slot: ReceiverSlot,
 def left_before_delivery(node: BridgeNode, message: QueuedMessage) -> None:
     node.give_back([message])
     log.info("recv client left before message %d was written: returned to the queue", message.id)
+
+
+def unwritten(node: BridgeNode, handoff: Handoff, message: QueuedMessage) -> None:
+    """Writing `message`'s answer failed: it goes back, unless the connection's end gave it back already."""
+    if handoff.withdraw(message):
+        left_before_delivery(node, message)
+
+
+def not_received(node: BridgeNode, messages: list[QueuedMessage], how: str) -> None:
+    """Messages written to a client not proven to have them (axl.bridge.handoff) go back, in one line."""
+    if messages:
+        node.give_back(messages)
+        log.info("recv connection %s before its client was known to have message%s %s: returned to the queue",
+                 how, "s" if len(messages) > 1 else "", ", ".join(str(message.id) for message in messages))

@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from axl.adapters.bridge import AgentBridgeSettings, add_agent_routes
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
-from axl.bridge.guard import BridgeGuard, unauthorized
+from axl.bridge.guard import BridgeGuard, PageGuard, page_guard, unauthorized
 from axl.bridge.http1 import Answer
 from axl.bridge.peers import add_peer_routes
 from axl.bridge.ws import CLIENTS, NODE, RECEIVER, handle_ws, track_streams
@@ -94,7 +94,8 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     wait = api.recv_wait(request.query.get("wait", "0"))
     if isinstance(wait, Answer):
         return response_for(wait)
-    closing = request.app[CLIENTS].closing(request.transport)
+    clients = request.app[CLIENTS]
+    closing = clients.closing(request.transport)
     refusal = api.recv_refusal(node, request.app[RECEIVER], closing)
     if refusal is not None:
         return response_for(refusal)
@@ -102,13 +103,21 @@ async def handle_recv(request: web.Request) -> web.StreamResponse:
     response = response_for(answer)
     if message is None:
         return response
+    handoff = clients.handoff(request.transport)
+    if handoff is None or request.transport is None or request.transport.is_closing():
+        api.left_before_delivery(node, message)
+        return response
+    handoff.written(message)  # the connection's end settles it from now on (axl.bridge.handoff)
     try:
         await response.prepare(request)
         await response.write_eof()
-    except (ConnectionError, ClientConnectionError, asyncio.CancelledError):
-        api.left_before_delivery(node, message)
+    except asyncio.CancelledError:
+        api.unwritten(node, handoff, message)
         raise
-    node.delivered([message])
+    except (ConnectionError, ClientConnectionError):
+        # The client left while the answer was written: aiohttp takes the
+        # response back as a client gone, with no traceback for an everyday event.
+        api.unwritten(node, handoff, message)
     return response
 
 
@@ -124,6 +133,20 @@ def send_expect(node: BridgeNode) -> Callable[[web.Request], Awaitable[web.Strea
         return response
 
     return expect
+
+
+def page_middleware(pages: PageGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Requests a web page of another site could make are refused (403,
+    or 415 for a JSON route's other content type); /ws's upgrade too."""
+    @web.middleware
+    async def check_page(request: web.Request, handler) -> web.StreamResponse:
+        headers = request.headers
+        refusal = pages.refusal(request.method, request.path, headers.get("Host", ""),
+                                headers.get("Origin", ""), headers.get("Content-Type"))
+        if refusal is None:
+            return await handler(request)
+        return await answer_and_close(request, response_for(refusal))
+    return check_page
 
 
 def guard_middleware(guard: BridgeGuard) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -142,6 +165,7 @@ def build_app(node: BridgeNode, clients: ClientWatch, receiver: ReceiverSlot, in
               observatory: Observatory) -> web.Application:
     config = node.config
     middlewares = [guard_middleware(BridgeGuard(config.bridge_token))] if config.bridge_token else []
+    middlewares.append(page_middleware(page_guard(config)))
     app = web.Application(client_max_size=node.max_message_size + 1, middlewares=middlewares)
     app[NODE] = node
     app[CLIENTS] = clients

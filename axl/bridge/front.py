@@ -17,13 +17,23 @@ KEEPALIVE_TIMEOUT. So is what a client can make it hold: bytes read ahead
 of the request being answered (pipelined requests, or a client that does
 not read its answers) stop the reading at MAX_READ_AHEAD per connection,
 and at READ_AHEAD_PER_NODE for all connections together (axl.budgets).
+
+A /recv message written to a connection leaves the inbox only once its
+client is proven to have it (axl.bridge.handoff holds the rule): the
+connection tells its Handoff what it sees, for the full application's
+answers too, and ends by half-closing while one is not yet proven, so that
+the client's own end (a FIN or a reset) settles it.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import enum
+import fcntl
 import logging
+import socket
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,18 +41,18 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
-from axl.bridge.guard import BridgeGuard, unauthorized
+from axl.bridge.guard import BridgeGuard, PageGuard, unauthorized
+from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
 from axl.observe.httpstats import HttpStats
+from axl.readbuffer import ReadBuffer
 
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
 KEEPALIVE_TIMEOUT = 75.0
-# A buffer of read-ahead is compacted once this much of it has been served.
-COMPACT_AFTER = 64 << 10
 # Pipelined requests served one after another before the event loop gets a
 # turn: 64 connections pipelining /topology at 32 each held /health 1.7 s.
 REQUESTS_PER_TURN = 8
@@ -51,6 +61,8 @@ JOIN_LIMIT = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives
 # (when the node has a message stream to the destination), not once whole.
 STREAMED_BODY = 1 << 20
+# After a client's FIN, how often the bytes it has not acknowledged are counted again.
+ACK_POLL_INTERVAL = 0.02
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 # The GET routes the front door serves, by path: the BridgeConnection method for each.
@@ -70,6 +82,8 @@ class FrontDoor:
     full_application: Callable[[], asyncio.Future[ProtocolFactory]]
     # The Prometheus exposition and its content type: a scrape needs no full application.
     metrics: Callable[[], tuple[bytes, str]]
+    # What web pages may not send (a foreign Host or Origin).
+    pages: PageGuard
     # With a bridge token, the requests served here must carry it.
     guard: BridgeGuard | None = None
     connections: set[BridgeConnection] = field(default_factory=set)
@@ -90,79 +104,43 @@ class FrontDoor:
         """Whether a request the front door serves is still being answered."""
         return any(connection.busy for connection in self.connections)
 
+    def handing_over(self) -> bool:
+        """Whether a connection holds /recv messages not yet proven received."""
+        return any(connection.handoff.pending for connection in self.connections)
+
+    def finish_all(self) -> None:
+        """End every connection, waiting for the clients of unproven /recv answers (BridgeConnection.finish)."""
+        for connection in list(self.connections):
+            connection.finish()
+
     def close_all(self) -> None:
         for connection in list(self.connections):
             connection.close()
 
 
-class ReadAhead:
-    """Bytes read from one client and not yet served, with the door's total
-    kept in step.
-
-    One buffer with a read offset: serving a request off the front costs the
-    request's length, not the buffer's (slicing the rest of an immutable
-    buffer after each request, and concatenating each read onto all of it,
-    made a client pipelining small requests cost time quadratic in what it
-    had sent). Data that arrives while nothing waits is kept as it came,
-    uncopied. The search for a head's end resumes where the last one stopped.
-    """
+class ReadAhead(ReadBuffer):
+    """Bytes read from one client and not yet served (axl.readbuffer), with
+    the door's total kept in step."""
 
     def __init__(self, door: FrontDoor) -> None:
+        super().__init__()
         self._door = door
-        self._data: bytes | bytearray = b""
-        self._pos = 0
-        self._searched = 0  # no head ends before this offset
-
-    def __len__(self) -> int:
-        return len(self._data) - self._pos
 
     def append(self, data: bytes) -> None:
         self._door.read_ahead += len(data)
-        if not len(self):
-            self._data, self._pos, self._searched = data, 0, 0
-            return
-        if isinstance(self._data, bytes):
-            self._data = bytearray(memoryview(self._data)[self._pos:])
-            self._searched -= self._pos
-            self._pos = 0
-        self._data += data
+        super().append(data)
 
     def head_length(self) -> int | None:
         """The length of the whole request head at the front (its final blank
         line not counted), or None while its end has not arrived."""
-        end = self._data.find(HEAD_END, max(self._pos, self._searched))
-        if end < 0:
-            self._searched = max(self._pos, len(self._data) - len(HEAD_END) + 1)
-            return None
-        return end - self._pos
+        return self.find(HEAD_END)
 
     def starts_like_a_request(self) -> bool:
-        return self._data[self._pos:self._pos + 1].isupper()
-
-    def peek(self, length: int) -> bytes:
-        return bytes(self._data[self._pos:self._pos + length])
-
-    def take(self, length: int) -> bytes:
-        if self._pos == 0 and length == len(self._data) and isinstance(self._data, bytes):
-            data = self._data
-        else:
-            data = self.peek(length)
-        self.skip(length)
-        return data
-
-    def take_all(self) -> bytes:
-        return self.take(len(self))
+        return self.data[self.front:self.front + 1].isupper()
 
     def skip(self, length: int) -> None:
         self._door.read_ahead -= length
-        self._pos += length
-        if self._pos == len(self._data):
-            self._data, self._pos, self._searched = b"", 0, 0
-        elif (self._pos >= COMPACT_AFTER and self._pos * 2 >= len(self._data)
-              and isinstance(self._data, bytearray)):
-            del self._data[:self._pos]
-            self._searched = max(0, self._searched - self._pos)
-            self._pos = 0
+        super().skip(length)
 
     def release(self) -> None:
         """The connection closed: what it held no longer counts."""
@@ -175,6 +153,7 @@ class _State(enum.Enum):
     ANSWERING = "answering a request"
     HANDING_OFF = "waiting for the full application"
     HANDED_OFF = "served by the full application"
+    ENDING = "half-closed, waiting for the client to end the connection"
     CLOSED = "closed"
 
 
@@ -203,6 +182,8 @@ class BridgeConnection(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._close_after_answer = False
+        self.handoff = Handoff()
+        self._ack_poll: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
@@ -212,13 +193,17 @@ class BridgeConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport subclass
-        self.door.clients.opened(transport)
+        self.door.clients.opened(transport, self.handoff)
         self.door.connections.add(self)
         self._set_deadline(self.door.read_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self.handoff.pending:
+            self.door.node.delivered(self.handoff.client_sent())
         state = self._state
-        if state is _State.HANDED_OFF:
+        if state is _State.ENDING:
+            self.transport.close()
+        elif state is _State.HANDED_OFF:
             assert self._inner is not None
             self._inner.data_received(data)
         elif state is _State.BODY:
@@ -231,7 +216,15 @@ class BridgeConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         """A client that half-closes has left (as the full application takes it
-        too): a long poll must not take a message for it."""
+        too): a long poll must not take a message for it. While /recv answers
+        are not yet proven received, the connection stays open until the
+        client's host has acknowledged them (or reset the connection)."""
+        if self.handoff.pending:
+            self.door.clients.left(self.transport)
+            self.handoff.finished()
+            self._end_gracefully()
+            self._count_unacknowledged()
+            return True
         if self._inner is not None:
             return self._inner.eof_received()
         return None
@@ -244,6 +237,10 @@ class BridgeConnection(asyncio.Protocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._ack_poll is not None:
+            self._ack_poll.cancel()
+            self._ack_poll = None
+        api.not_received(self.door.node, self.handoff.broken(), "was reset" if exc is not None else "closed")
         self.door.clients.closed(self.transport)
         self.door.connections.discard(self)
         if self._inner is not None:
@@ -266,7 +263,53 @@ class BridgeConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and self._state is not _State.CLOSED:
+            api.not_received(self.door.node, self.handoff.broken(), "was closed by the node")
             self.transport.close()
+
+    def finish(self) -> None:
+        """Close the connection. While /recv answers written to it are not
+        yet proven received (axl.bridge.handoff), half-close it instead: the
+        client reads to the end and closes, which settles them, or the read
+        timeout gives them back."""
+        if self.transport is None or self._state in (_State.CLOSED, _State.ENDING):
+            return
+        if self.handoff.pending:
+            self._end_gracefully()
+        else:
+            self.transport.close()
+
+    @property
+    def ending(self) -> bool:
+        return self._state in (_State.ENDING, _State.CLOSED)
+
+    def _end_gracefully(self) -> None:
+        """Serve nothing more; send our FIN once the answers are out, and keep
+        reading, to see the client's end."""
+        if self._state is _State.ENDING:
+            return
+        self._state = _State.ENDING
+        self.ahead.release()
+        self.transport.write_eof()
+        self._resume_reading()
+        self._set_deadline(self.door.read_timeout)
+
+    def _count_unacknowledged(self) -> None:
+        """After the client's FIN: settle the unproven answers once its host
+        has acknowledged every byte, or give them back if it resets."""
+        self._ack_poll = None
+        if self._state is _State.CLOSED:
+            return
+        count = unacknowledged(self.transport)
+        if count is None:
+            api.not_received(self.door.node, self.handoff.broken(), "was reset")
+            self.transport.abort()
+            return
+        received = self.handoff.unacknowledged(count)
+        if received:
+            self.door.node.delivered(received)
+            self.transport.close()
+            return
+        self._ack_poll = asyncio.get_running_loop().call_later(ACK_POLL_INTERVAL, self._count_unacknowledged)
 
     # -- reading requests --------------------------------------------------
 
@@ -308,15 +351,26 @@ class BridgeConnection(asyncio.Protocol):
         if route is None:
             self._hand_off()
             return False
-        if self.door.guard is not None and not self.door.guard.allows(head.authorization):
-            route = self._unauthorized
+        refusal = self._refusal(head)
         ahead.skip(length + len(HEAD_END))
         self._head = head
         self._started = time.monotonic()
         self._deadline = None
         self._state = _State.ANSWERING
-        route(head)
+        if refusal is None:
+            route(head)
+        else:
+            self._refuse(refusal)
         return True
+
+    def _refusal(self, head: RequestHead) -> Answer | None:
+        """The token's refusal (401), else the page guard's (403), else None,
+        as the full application's middlewares answer. The content type is
+        not asked: none of the routes here takes JSON."""
+        door = self.door
+        if door.guard is not None and not door.guard.allows(head.authorization):
+            return unauthorized(head.path)
+        return door.pages.refusal(head.method, head.path, head.host, head.origin, None)
 
     def _await_head(self) -> None:
         ahead = self.ahead
@@ -348,10 +402,10 @@ class BridgeConnection(asyncio.Protocol):
 
     # -- the routes --------------------------------------------------------
 
-    def _unauthorized(self, head: RequestHead) -> None:
-        """401; a /send body that came with it is never read, so the connection closes."""
+    def _refuse(self, refusal: Answer) -> None:
+        """A 401 or 403; a /send body that came with it is never read, so the connection closes."""
         self._close_after_answer = True
-        self._answer(unauthorized(head.path))
+        self._answer(refusal)
 
     def _topology(self, head: RequestHead) -> None:
         self._answer(api.topology_answer(self.door.node))
@@ -463,11 +517,11 @@ class BridgeConnection(asyncio.Protocol):
         answer, message = api.recv_answer(self.door.node, self.door.receiver, taking.result())
         if message is None:
             self._answer(answer)
-        elif self.transport is None or self.transport.is_closing():
+        elif self._state is not _State.ANSWERING or self.transport is None or self.transport.is_closing():
             api.left_before_delivery(self.door.node, message)
         else:
+            self.handoff.written(message)  # before the answer, which may end the connection
             self._answer(answer)
-            self.door.node.delivered([message])
 
     # -- answering ---------------------------------------------------------
 
@@ -475,7 +529,7 @@ class BridgeConnection(asyncio.Protocol):
         """Write the current request's answer, then go on to the next request.
         An answer known while the body still arrives (a streamed send's fate)
         waits until the body is read."""
-        if self._state is _State.CLOSED:
+        if self.ending:
             return
         if self._state is _State.BODY:
             self._early = answer
@@ -495,8 +549,11 @@ class BridgeConnection(asyncio.Protocol):
         self.door.http.observe(self._head.path, answer.status, time.monotonic() - self._started)
         self._head = None
         if not keep_alive:
-            self._state = _State.CLOSED
-            self.transport.close()
+            if self.handoff.pending:
+                self._end_gracefully()
+            else:
+                self._state = _State.CLOSED
+                self.transport.close()
             return
         self._state = _State.HEAD
         self._idle = True
@@ -526,7 +583,9 @@ class BridgeConnection(asyncio.Protocol):
         self._inner = inner
         self._state = _State.HANDED_OFF
         self._resume_reading()
-        inner.connection_made(self.transport)
+        shown = HandedTransport(self.transport, self)
+        self.door.clients.alias(shown, self.transport)
+        inner.connection_made(shown)  # type: ignore[arg-type]  # a stand-in, as uvloop's transports are
         if self._writing_paused:
             inner.pause_writing()
         data = self.ahead.take_all()
@@ -585,8 +644,48 @@ class BridgeConnection(asyncio.Protocol):
             self._close_after_answer = True  # the rest of the body is never read
             self._state = _State.ANSWERING
             self._answer(answer)
+        elif self._state is _State.ENDING:
+            api.not_received(self.door.node, self.handoff.broken(),
+                             f"was not ended by its client within {self.door.read_timeout:g}s")
+            self.transport.abort()
         else:
-            self.close()
+            self.finish()
+
+
+class HandedTransport:
+    """A connection's transport as the full application sees it: its close()
+    is BridgeConnection.finish, so a /recv answer the application wrote is
+    settled by the client's end, as the front door's are."""
+
+    def __init__(self, transport: asyncio.Transport, connection: BridgeConnection) -> None:
+        self._transport = transport
+        self._connection = connection
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        self._connection.finish()
+
+    def is_closing(self) -> bool:
+        return self._connection.ending or self._transport.is_closing()
+
+
+def unacknowledged(transport: asyncio.Transport) -> int | None:
+    """Bytes written to `transport` that the peer's host has not yet
+    acknowledged (in our buffer, or the kernel's: TIOCOUTQ; on a UNIX socket
+    what the peer has not read), or None once the connection is reset."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return None
+    queued = array.array("i", [0])
+    try:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            return None
+        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, queued)
+    except OSError:
+        return None
+    return transport.get_write_buffer_size() + queued[0]
 
 
 def _query_value(query: str, name: str, default: str) -> str:

@@ -40,6 +40,8 @@ class RequestHead:
     keep_alive: bool
     destination: str  # X-Destination-Peer-Id, as sent ("" when absent)
     authorization: str = ""  # the Authorization header, for the bridge token
+    host: str = ""  # the Host and Origin headers ("" when absent), for the page guard
+    origin: str = ""
 
 
 def parse_head(head: bytes) -> RequestHead | None:
@@ -63,9 +65,10 @@ def read_head(head: bytes) -> RequestHead | None:
     if _HEADER_LINES.fullmatch(block, 2) is None:
         return None
     lowered = block.lower()
-    # The full application has the rules for 100-continue, chunked bodies and upgrades.
+    # The full application has the rules for 100-continue, chunked bodies, upgrades and repeated headers.
     if (b"\r\nexpect:" in lowered or b"\r\ntransfer-encoding:" in lowered or b"\r\nupgrade:" in lowered
-            or lowered.count(b"\r\ncontent-length:") > 1):
+            or lowered.count(b"\r\ncontent-length:") > 1 or lowered.count(b"\r\nhost:") > 1
+            or lowered.count(b"\r\norigin:") > 1):
         return None
     # An empty Content-Length is no length at all (not 0): the full application refuses it.
     length_text = _header(block, lowered, b"\r\ncontent-length:") if b"\r\ncontent-length:" in lowered else b"0"
@@ -75,7 +78,9 @@ def read_head(head: bytes) -> RequestHead | None:
     path, _, query = target.partition("?")
     return RequestHead(method, path, query, int(length_text), not _asks_to_close(lowered),
                        _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"),
-                       _header(block, lowered, b"\r\nauthorization:").decode("latin-1"))
+                       _header(block, lowered, b"\r\nauthorization:").decode("latin-1"),
+                       _header(block, lowered, b"\r\nhost:").decode("latin-1"),
+                       _header(block, lowered, b"\r\norigin:").decode("latin-1"))
 
 
 _read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from axl.bridge.api import BridgeNode
-from axl.errors import PeerAlreadyConfigured, PeerChangeRefused, PeerNotConfigured
+from axl.errors import PeerAlreadyConfigured, PeerChangeRefused, PeerNotConfigured, RuntimePeersFull
 from axl.gojson import read_json
 
 # A peer URI is short; a larger body is not one.
@@ -36,7 +36,8 @@ def add_peer_routes(app: web.Application, node: BridgeNode) -> None:
 async def _change(request: web.Request, change: Callable[[str], str], conflict: type[PeerChangeRefused],
                   conflict_status: int) -> web.Response:
     """Apply `change` to the body's URI: 200 with the URI as the node reads it,
-    400 for a bad body or URI, `conflict_status` when there is nothing to do."""
+    400 for a bad body or URI, `conflict_status` when there is nothing to do,
+    503 beyond the budget of peers added at run time."""
     if (request.content_length or 0) > MAX_BODY:
         return _refusal(413, f"a /peers body is at most {MAX_BODY} bytes")
     uri = _uri_of(await request.content.read(MAX_BODY + 1))
@@ -46,6 +47,8 @@ async def _change(request: web.Request, change: Callable[[str], str], conflict: 
         peer = change(uri)
     except conflict as exc:
         return _refusal(conflict_status, str(exc))
+    except RuntimePeersFull as exc:
+        return _refusal(503, str(exc))
     except PeerChangeRefused as exc:
         return _refusal(400, str(exc))
     return web.json_response({"uri": peer})

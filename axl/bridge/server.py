@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from axl.adapters.counts import AdapterCounts
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
-from axl.bridge.guard import BridgeGuard
+from axl.bridge.guard import BridgeGuard, page_guard
 from axl.config import NodeConfig
 from axl.localsocket import bind_unix_socket, remove_socket
 from axl.observe.observatory import Observatory
@@ -25,7 +25,8 @@ log = logging.getLogger("axl.bridge")
 UNIX_SOCKET_MODE = 0o600
 ANSWER_STOP_TIMEOUT = 2.0
 """How long a stopping bridge waits for the front door's answers under way
-(a /send waiting for its acknowledgement) before closing their connections."""
+(a /send waiting for its acknowledgement), and then for the clients of /recv
+answers not yet proven received to end their connections, before closing them."""
 
 
 class BridgeServer:
@@ -37,7 +38,8 @@ class BridgeServer:
         self.observatory = Observatory(node, adapters)
         self._door = FrontDoor(node, self.clients, self.receiver, self.observatory.http,
                                float(config.conn_read_timeout_secs), self._full_application,
-                               self._metrics, BridgeGuard(config.bridge_token) if config.bridge_token else None)
+                               self._metrics, page_guard(config),
+                               BridgeGuard(config.bridge_token) if config.bridge_token else None)
         node.budgets.add(self._door.budget_use)
         self.in_flight = InFlightBoard()
         node.budgets.add(self.in_flight.usage)
@@ -102,5 +104,9 @@ class BridgeServer:
         deadline = time.monotonic() + ANSWER_STOP_TIMEOUT
         while self._door.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        self._door.finish_all()
+        while self._door.handing_over() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         self._door.close_all()
         self.observatory.cleanup()
+

@@ -14,6 +14,9 @@ before the attack, and /health keeps answering throughout.
 - `pipeline`: a local client pipelines `GET /topology` on one bridge
   connection and never reads the answers; `pipeline-many` does the same on
   64 connections at once.
+- `seq-jump`: a peer jumps its message stream's sequence number by 2**31 on
+  an open session, then opens a session that starts that far up; a
+  well-behaved peer sends after it.
 
     python -m axl.chaos hostile            # all of them; prints the figures
 """
@@ -46,6 +49,8 @@ from axl.harness import LOOPBACK, free_port, spawn_node, stop_process
 from axl.identity import NodeIdentity
 from axl.node import Node
 from axl.node.messages import MessageSettings
+from axl.node.msgstream import StreamSender
+from axl.node.streams import _Link
 
 # What an attack may add to the node's resident memory (the issue's bound).
 ATTACK_RSS_BUDGET = 64 * MiB
@@ -65,6 +70,11 @@ DISPATCH_MESSAGES = 16 * 1024
 DISPATCH_TIME_LIMIT = 120.0
 # How long the stalled MCP router holds a request at most.
 ROUTER_HOLD = 30.0
+# How far the hostile sender jumps its sequence numbers (2**31 took a
+# receiver from 47 to 593 MiB before the window was enforced), and how long
+# its sends wait for an answer.
+SEQ_JUMP = 1 << 31
+JUMP_SEND_TIMEOUT = 10
 START_TIMEOUT = 20.0
 
 
@@ -411,6 +421,55 @@ async def window_ignoring_flood(target: Target, router: StalledRouter,
         await attacker.stop()
 
 
+@dataclass
+class JumpResult:
+    jumped: int  # /send status of the message numbered SEQ_JUMP beyond its session's last
+    far_start: list[int]  # of the first two messages of a session starting SEQ_JUMP up
+    well_behaved: int  # of a message from another node, after
+    refused: dict[tuple[str, str], float]  # the target's budget refusals then
+
+    def text(self) -> str:
+        return (f"the jump answered {self.jumped}, the session starting far up {self.far_start}, "
+                f"the well-behaved sender {self.well_behaved}; streams reset outside the window: "
+                f"{self.refused.get(('stream_seq_window', 'stream'), 0):.0f}")
+
+
+async def sequence_jumps(target: Target) -> JumpResult:
+    """A node of our own playing a sender that breaks the numbering: it
+    moves its open session's next number SEQ_JUMP ahead and sends, then
+    starts a session at SEQ_JUMP (a receiver takes a session it does not
+    know where it finds it) and sends two; then another node sends one."""
+    config = NodeConfig(peers=[target.tls_uri], api_port=free_port(), send_timeout_secs=JUMP_SEND_TIMEOUT)
+    attacker = Node(config, NodeIdentity.generate())
+    await attacker.start()
+    try:
+        dest = bytes.fromhex(target.peer_id)
+        await asyncio.wait_for(_first_delivery(attacker, dest), DISPATCH_TIME_LIMIT)
+        streams = attacker.core.messages.streams
+        streams._links[dest].sender._next_wire_seq += SEQ_JUMP
+        jumped = await _answer(attacker.start_send(dest, b"jumped"))
+        far_up = StreamSender(session_id=int.from_bytes(NodeIdentity.generate().public_key[:8], "big"))
+        far_up._next_wire_seq = SEQ_JUMP
+        streams._links[dest] = _Link(dest, far_up)
+        far_start = [await _answer(attacker.start_send(dest, payload)) for payload in (b"far", b"next")]
+    finally:
+        await attacker.stop()
+    well_behaved = Node(NodeConfig(peers=[target.tls_uri], api_port=free_port()), NodeIdentity.generate())
+    await well_behaved.start()
+    try:
+        await asyncio.wait_for(_first_delivery(well_behaved, dest), DISPATCH_TIME_LIMIT)
+        status = await _answer(well_behaved.start_send(dest, b"well behaved"))
+    finally:
+        await well_behaved.stop()
+    return JumpResult(jumped, far_start, status, budget_samples(target.api_port, "axl_budget_refused_total"))
+
+
+async def _answer(send: asyncio.Future) -> int:
+    """The send's outcome as a /send status."""
+    await asyncio.wait([send])
+    return _status(send)
+
+
 async def _first_delivery(node: Node, dest: bytes) -> None:
     """Send until one message is acknowledged (the peering and the stream are up)."""
     while True:
@@ -478,12 +537,24 @@ def attack_dispatch_flood(base: Path, command: list[str] | None = None) -> tuple
         router.close()
 
 
+def attack_sequence_jump(base: Path, command: list[str] | None = None) -> tuple[AttackReport, JumpResult]:
+    with target_node(base, command=command) as target:
+        results: list[JumpResult] = []
+
+        def jumps() -> str:
+            results.append(asyncio.run(sequence_jumps(target)))
+            return results[0].text()
+
+        return watched("seq-jump", target.process.pid, target.api_port, jumps), results[0]
+
+
 def run_hostile(base: Path, command: list[str] | None = None) -> list[AttackReport]:
     """Every attack against a fresh node (this build, or `command`); prints
     each report as it comes."""
     reports = []
     for name, attack in (("ws-message", attack_ws_message), ("dispatch-flood", attack_dispatch_flood),
-                         ("pipeline", attack_pipeline), ("pipeline-many", attack_pipeline_many)):
+                         ("pipeline", attack_pipeline), ("pipeline-many", attack_pipeline_many),
+                         ("seq-jump", attack_sequence_jump)):
         result = attack(base / name, command)
         report = result[0] if isinstance(result, tuple) else result
         print(report.text(), flush=True)
@@ -492,4 +563,4 @@ def run_hostile(base: Path, command: list[str] | None = None) -> list[AttackRepo
 
 
 __all__ = ["ATTACK_RSS_BUDGET", "AttackReport", "StalledRouter", "attack_dispatch_flood",
-           "attack_pipeline", "attack_pipeline_many", "attack_ws_message", "run_hostile"]
+           "attack_pipeline", "attack_pipeline_many", "attack_sequence_jump", "attack_ws_message", "run_hostile"]

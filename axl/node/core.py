@@ -210,6 +210,7 @@ class NodeCore:
                       stack.refused_over_cap),
             BudgetUse("stream_window", "stream", STREAM_WINDOW, self.messages.streams.most_unanswered(),
                       self.messages.streams.window_refused),
+            *self.messages.streams.budget_usage(),
         ]
 
     # -- asking remote nodes (nodeinfo, debug) --------------------------

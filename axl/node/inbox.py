@@ -146,7 +146,9 @@ class Inbox:
         self.held_bytes -= len(message.payload)
 
     def get_nowait(self) -> InboxMessage | None:
-        if not self._messages:
+        """The next message, or None: also while the inbox cannot commit
+        deletions, so that no client path hands out what it would deliver again."""
+        if not self._messages or self.delivery_refusal is not None:
             return None
         message = self._messages.popleft()
         self._bytes -= len(message.payload)

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 
-from axl.node.msgstream import SessionKey, SessionRecord
+from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
 from axl.node.store import (WAL_CAP_PAGES, Batch, Checkpointed, CommittedSession, CommittedSessions,
                             InboxStore)
+from axl.node.streamsessions import SessionKey
 
 log = logging.getLogger("axl.inbox")
 
@@ -138,7 +138,8 @@ class Journal:
     def session_records(self) -> list[tuple[bytes, int, SessionRecord]]:
         """The committed sessions as the message streams' receiver remembers
         them (MessageStreams.restore_sessions), least recently written first."""
-        return [(*key, session.record()) for key, session in self._sessions.items()]
+        return [(*key, SessionRecord.restored(session.taken_upto, session.committed()))
+                for key, session in self._sessions.items()]
 
     @property
     def delivery_refusal(self) -> str | None:
@@ -239,18 +240,20 @@ class Journal:
     def _commit(self) -> None:
         store = self.store
         staged, self._staged = self._staged, []
-        batch = Batch(inserts=[(s.message.id, s.message.sender, s.message.payload) for s in staged],
-                      deletes=self._deletes, sessions=self._sessions_after(staged),
-                      forgotten=self._forgotten, last_id=self._last_id)
+        batch = Batch(deletes=self._deletes, forgotten=self._forgotten, last_id=self._last_id)
         self._deletes, self._forgotten = [], []
         started = time.monotonic()
-        if store.writes_in_thread(batch):
-            self._commit_under_way = asyncio.wrap_future(store.write_in_thread(batch))
-            self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
-            return
+        # Whatever fails from here on (not only SQLite: building the batch,
+        # out of memory) refuses the batch's messages, which hold inbox room.
         try:
+            batch.inserts = [(s.message.id, s.message.sender, s.message.payload) for s in staged]
+            batch.sessions = self._sessions_after(staged)
+            if store.writes_in_thread(batch):
+                self._commit_under_way = asyncio.wrap_future(store.write_in_thread(batch))
+                self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
+                return
             store.write(batch)
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:
             self._failed(staged, batch, exc)
             return
         self._stored(staged, batch, started)
@@ -312,9 +315,7 @@ class Journal:
         return sessions
 
     def _keep(self, key: SessionKey, session: CommittedSession) -> None:
-        pushed_out = self._sessions.put(key, session)
-        if pushed_out is not None:
-            self._forgotten.append(pushed_out)
+        self._forgotten += self._sessions.put(key, session)
 
     # -- checkpoints ---------------------------------------------------------------
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from axl.budgets import MAX_STREAM_SESSIONS, STREAM_WINDOW
+from axl.budgets import STREAM_WINDOW
+from axl.node.streamsessions import SessionLru
 from axl.wire import DecodeError
 
 MAGIC = b"AXLS"
@@ -56,6 +58,10 @@ BODY_BATCH_BYTES = 64 * 1024
 
 class StreamError(DecodeError):
     """The peer broke the stream protocol; the connection is closed."""
+
+
+class OutsideWindow(StreamError):
+    """A message numbered more than STREAM_WINDOW beyond its session's others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +124,22 @@ class StreamSender:
     messages submitted meanwhile wait until it is whole. If the connection
     breaks meanwhile, the new one does not repeat its part: the rest of the
     body is gathered and the message sent whole once it is (a receiver that
-    reset a frame too slow to complete must not be given it slowly again)."""
+    reset a frame too slow to complete must not be given it slowly again).
+
+    A message has two numbers: its `seq`, given on submission, by which the
+    caller knows it, and the sequence number it carries on the wire, given
+    when it first goes out. Messages withdrawn while waiting never go out,
+    so they leave no gap on the wire: the receiver refuses a number more
+    than STREAM_WINDOW beyond the highest it has seen."""
 
     def __init__(self, session_id: int, window_messages: int = STREAM_WINDOW) -> None:
         self.session_id = session_id
         self.window_messages = window_messages
         self.next_seq = 1
+        self._next_wire_seq = 1
+        # seq <-> wire sequence number, of the messages that went out and are unacknowledged
+        self._wire_seq: dict[int, int] = {}
+        self._seq_on_wire: dict[int, int] = {}
         # seq -> payload of every message not yet acknowledged, sent or waiting
         self.unacked: OrderedDict[int, bytes | StreamedBody] = OrderedDict()
         # the waiting ones: always the highest sequence numbers, in order
@@ -163,7 +179,7 @@ class StreamSender:
         self.unacked[seq] = StreamedBody(length, [])
         self.open_seq = seq
         self._open_on_wire = True
-        self._pending.append(_MESSAGE.pack(MESSAGE, seq, length))
+        self._pending.append(_MESSAGE.pack(MESSAGE, self._number(seq), length))
         return seq
 
     def body_so_far(self) -> StreamedBody:
@@ -197,11 +213,13 @@ class StreamSender:
 
     def close(self) -> None:
         """The open message is whole; the messages that waited for it go out."""
+        seq = self.open_seq
+        assert seq is not None
         if self._open_on_wire:
             self._send_batch()
         else:
             body = self.body_so_far()
-            self._pending += (_MESSAGE.pack(MESSAGE, self.open_seq, body.length), *body.parts)
+            self._pending += (_MESSAGE.pack(MESSAGE, self._wire_seq[seq], body.length), *body.parts)
         self.open_seq = None
         self._release()
 
@@ -212,16 +230,30 @@ class StreamSender:
         unacknowledged messages)."""
         assert self.open_seq is not None
         del self.unacked[self.open_seq]
+        self._settled(self.open_seq)
         self.open_seq = None
         self._drop_batch()
         self._release()
         return self._open_on_wire
 
+    def _number(self, seq: int) -> int:
+        """Give message `seq` the next sequence number on the wire (it goes out now)."""
+        wire_seq = self._next_wire_seq
+        self._next_wire_seq += 1
+        self._wire_seq[seq] = wire_seq
+        self._seq_on_wire[wire_seq] = seq
+        return wire_seq
+
+    def _settled(self, seq: int) -> None:
+        """Message `seq` is no longer outstanding: forget its wire number."""
+        del self._seq_on_wire[self._wire_seq.pop(seq)]
+
     def _queue_frame(self, seq: int, payload: bytes) -> None:
+        wire_seq = self._number(seq)
         if len(payload) < SEPARATE_PAYLOAD:
-            self._pending.append(encode_message(seq, payload))
+            self._pending.append(encode_message(wire_seq, payload))
         else:
-            self._pending += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
+            self._pending += (_MESSAGE.pack(MESSAGE, wire_seq, len(payload)), payload)
 
     def _release(self) -> None:
         """Send the waiting messages the window has room for now."""
@@ -258,11 +290,12 @@ class StreamSender:
                 self._open_on_wire = False  # sent whole once its body is
                 self._drop_batch()
                 break
+            wire_seq = self._wire_seq[seq]
             if isinstance(payload, StreamedBody):
-                parts.append(_MESSAGE.pack(MESSAGE, seq, payload.length))
+                parts.append(_MESSAGE.pack(MESSAGE, wire_seq, payload.length))
                 parts += payload.parts
             else:
-                parts += (_MESSAGE.pack(MESSAGE, seq, len(payload)), payload)
+                parts += (_MESSAGE.pack(MESSAGE, wire_seq, len(payload)), payload)
         return b"".join(parts)
 
     def take_output(self) -> bytes:
@@ -285,23 +318,27 @@ class StreamSender:
         return data
 
     def receive(self, data: bytes) -> list[Ack]:
-        """Acknowledgement bytes from the receiver -> the acks they complete."""
+        """Acknowledgement bytes from the receiver -> the acks they complete
+        (each with the message's `seq`)."""
         buffer = self._buffer
         buffer += data
         acks: list[Ack] = []
         offset = 0
-        first_waiting = self._waiting[0] if self._waiting else self.next_seq
         while len(buffer) - offset >= _ACK.size:
-            kind, seq, status = _ACK.unpack_from(buffer, offset)
+            kind, wire_seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
                 raise StreamError(f"bad acknowledgement frame (type {kind}, status {status})")
+            seq = self._seq_on_wire.get(wire_seq)
             # The open message can only be refused on its announced length (413):
             # the receiver does not have it whole. It stays outstanding for the
             # caller to cancel.
-            if seq == self.open_seq and status == STATUS_TOO_LARGE:
+            if seq is not None and seq == self.open_seq and status == STATUS_TOO_LARGE:
                 pass
-            elif seq >= first_waiting or seq == self.open_seq or self.unacked.pop(seq, None) is None:
-                raise StreamError(f"acknowledgement for message {seq}, which is not outstanding")
+            elif seq is None or seq == self.open_seq:
+                raise StreamError(f"acknowledgement for message {wire_seq}, which is not outstanding")
+            else:
+                del self.unacked[seq]
+                self._settled(seq)
             acks.append(Ack(seq, status))
             offset += _ACK.size
         del buffer[:offset]
@@ -320,10 +357,36 @@ class SessionRecord:
     a message it sends again is never older than that window: an older one
     was acknowledged. Within the window, a sequence number without an answer
     was never answered (a record restored after a restart holds only what was
-    committed), so that message is delivered."""
+    committed), so that message is delivered.
+
+    It also holds the highest sequence number this node has seen of the
+    session (`seen_upto`, 0 before the first), which the next may pass by
+    at most STREAM_WINDOW (`see`)."""
 
     taken_upto: int = 0
     answers: OrderedDict[int, int] | None = None
+    seen_upto: int = 0
+
+    @classmethod
+    def restored(cls, taken_upto: int, queued: Iterable[int]) -> SessionRecord:
+        """A record of what a durable inbox committed: `queued`, in order, answered 200."""
+        record = cls(taken_upto)
+        for seq in queued:
+            record.remember(seq, STATUS_QUEUED)
+        return record
+
+    def see(self, seq: int) -> None:
+        """A message header of the session arrived. A sender numbers its
+        messages as they go out, at most STREAM_WINDOW of them unanswered, so
+        its numbers never run further ahead of those it sent before: one that
+        does is a StreamError, refused before the store or the application
+        sees it. The first number this node sees sets where the session is
+        (one new to it, restored after a restart, or forgotten: a sender's
+        503s were never kept, so it may be anywhere past the restored ones)."""
+        if self.seen_upto and seq > self.seen_upto + STREAM_WINDOW:
+            raise OutsideWindow(f"message {seq} is more than {STREAM_WINDOW} beyond message "
+                              f"{self.seen_upto} of its session (outside the window)")
+        self.seen_upto = max(self.seen_upto, seq)
 
     def take(self, seq: int) -> None:
         self.taken_upto = max(self.taken_upto, seq)
@@ -349,33 +412,20 @@ class SessionRecord:
         return None
 
 
-SessionKey = tuple[bytes, int]
-
-
-class SessionTable:
-    """The receiver's memory of sessions, bounded, least recently used first out."""
-
-    def __init__(self, capacity: int = MAX_STREAM_SESSIONS) -> None:
-        self.capacity = capacity
-        self._records: OrderedDict[SessionKey, SessionRecord] = OrderedDict()
+class SessionTable(SessionLru[SessionRecord]):
+    """The receiver's memory of sessions, bounded for the node and for each
+    sender, least recently used first out."""
 
     def record(self, peer: bytes, session_id: int) -> SessionRecord:
-        key = (peer, session_id)
-        record = self._records.get(key)
+        record = self.get((peer, session_id))
         if record is None:
             record = SessionRecord()
             self.adopt(peer, session_id, record)
-        else:
-            self._records.move_to_end(key)
         return record
 
     def adopt(self, peer: bytes, session_id: int, record: SessionRecord) -> None:
         """Hold `record` as the session's, the most recent (a restored one, or a new one)."""
-        key = (peer, session_id)
-        self._records[key] = record
-        self._records.move_to_end(key)
-        if len(self._records) > self.capacity:
-            self._records.popitem(last=False)
+        self.put((peer, session_id), record)
 
 
 @dataclass(slots=True)
@@ -431,6 +481,7 @@ class StreamReceiver:
             kind, seq, length = _MESSAGE.unpack_from(buffer, offset)
             if kind != MESSAGE:
                 raise StreamError(f"unexpected frame type {kind}")
+            self.record.see(seq)
             if length > self.max_message_size:
                 events.append(Answered(seq, STATUS_TOO_LARGE))
                 self._skip = length

@@ -111,9 +111,11 @@ class Node:
         self._next_refusal_log = 0.0
         self.inbox_refused: Counter[str] = Counter()  # by budget: messages or bytes
         self._closed_links_dropped = 0  # frames their queues dropped, of links now down
+        self.runtime_peers = peers.RuntimePeers()
         self.budgets = BudgetBoard()
         self.budgets.add(self.core.budget_use)
         self.budgets.add(self._budget_use)
+        self.budgets.add(self.runtime_peers.usage)
 
     # -- moving output out of the core ----------------------------------
 
@@ -411,11 +413,11 @@ class Node:
 
     def add_peer(self, uri: str) -> str:
         """Dial `uri` from now on (not saved in the config); PeerChangeRefused says why not."""
-        return peers.add_peer(self.link_manager, uri)
+        return peers.add_peer(self.link_manager, self.runtime_peers, uri)
 
     def remove_peer(self, uri: str) -> str:
         """Close `uri`'s peering and stop dialing it; PeerChangeRefused if it is not a peer."""
-        return peers.remove_peer(self.link_manager, uri)
+        return peers.remove_peer(self.link_manager, self.runtime_peers, uri)
 
     def peer_reports(self) -> list[peers.PeerReport]:
         return peers.peer_reports(self.link_manager, self.core.router, set(self.links))

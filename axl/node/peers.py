@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from axl.errors import PeerChangeRefused
+from axl.budgets import MAX_RUNTIME_PEERS, BudgetUse
+from axl.errors import PeerChangeRefused, RuntimePeersFull
 from axl.link.manager import LinkManager
 from axl.link.uri import PeerURI, URIError, parse_peer_uri
 from axl.routing import Router
@@ -69,20 +70,42 @@ def _report(status: dict[str, Any], router: Router, live_links: set[int], now: f
     )
 
 
-def add_peer(manager: LinkManager, uri: str) -> str:
+@dataclass
+class RuntimePeers:
+    """The peers added at run time and not removed since (by peer address),
+    within MAX_RUNTIME_PEERS: each keeps a dialer retrying for good, so a
+    local client adding thousands cost memory, CPU and log lines."""
+
+    limit: int = MAX_RUNTIME_PEERS
+    added: set[str] = field(default_factory=set)
+    refused: int = 0
+
+    def usage(self) -> list[BudgetUse]:
+        return [BudgetUse("runtime_peers", "node", self.limit, len(self.added), self.refused)]
+
+
+def add_peer(manager: LinkManager, runtime: RuntimePeers, uri: str) -> str:
     """Dial `uri` from now on and keep it connected (not saved in the
     config); returns the URI as the node reads it. PeerChangeRefused says
-    why not: a bad URI, or a peer already there (PeerAlreadyConfigured)."""
-    peer = manager.add_peer(_parse(uri))
+    why not: a bad URI, a peer already there (PeerAlreadyConfigured), or
+    the budget spent (RuntimePeersFull)."""
+    peer = _parse(uri)
+    if peer.peer_key not in runtime.added and len(runtime.added) >= runtime.limit:
+        runtime.refused += 1
+        raise RuntimePeersFull(f"this node already has {runtime.limit} peers added at run time, its budget; "
+                               f"remove one first")
+    manager.add_peer(peer)
+    runtime.added.add(peer.peer_key)
     log.info("peer added at run time: %s (not saved to the config file)", peer)
     return str(peer)
 
 
-def remove_peer(manager: LinkManager, uri: str) -> str:
+def remove_peer(manager: LinkManager, runtime: RuntimePeers, uri: str) -> str:
     """Stop dialing `uri` and close its peering, for the rest of this run
     (PeerNotConfigured if there is no such peer)."""
     peer = _parse(uri)
     manager.remove_peer(peer)
+    runtime.added.discard(peer.peer_key)
     log.info("peer removed at run time: %s (it is not redialed)", peer)
     return str(peer)
 

@@ -4,7 +4,7 @@ It holds the messages of the receive queue that no client has been handed
 yet (or that one holds without having said it is done), and, per message
 stream session, the sequence numbers whose messages it holds, so that a
 sender repeating them after a restart gets its answer again instead of a
-second delivery (axl.node.msgstream, SessionRecord).
+second delivery (axl.node.msgstream, SessionRecord.restored).
 
 A payload of APART_BYTES or more is kept out of the database, in a file
 of its own in `<file>.payloads/` named by the message's id, its row
@@ -47,15 +47,15 @@ import logging
 import os
 import sqlite3
 import struct
-from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from axl.budgets import MAX_STREAM_SESSIONS, STREAM_WINDOW
+from axl.budgets import STREAM_WINDOW
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
-from axl.node.msgstream import STATUS_QUEUED, SessionKey, SessionRecord
+from axl.node.streamsessions import SessionKey, SessionLru
 
 # 2: payloads of APART_BYTES or more in files of their own (messages.apart: their length).
 SCHEMA_VERSION = 2
@@ -146,25 +146,30 @@ class CommittedSession:
     """The messages of one sender's stream session that the inbox committed:
     the highest sequence number, and which of the STREAM_WINDOW numbers up
     to it (bit i: `taken_upto - i`). What a restarted node answers a sender
-    repeating them (SessionRecord), in 40 bytes, updated in constant time."""
+    repeating them, in 40 bytes, updated in constant time: a number far
+    ahead of the others (the first the stream saw of a session it did not
+    know) leaves no number of the window behind it, never a shift that
+    long."""
 
     taken_upto: int = 0
     bits: int = 0
 
     def add(self, seq: int) -> None:
-        if seq > self.taken_upto:
-            self.bits = ((self.bits << (seq - self.taken_upto)) | 1) & _WINDOW_MASK
+        ahead = seq - self.taken_upto
+        if ahead >= STREAM_WINDOW:
+            self.bits = 1
             self.taken_upto = seq
-        elif self.taken_upto - seq < STREAM_WINDOW:
-            self.bits |= 1 << (self.taken_upto - seq)
+        elif ahead > 0:
+            self.bits = ((self.bits << ahead) | 1) & _WINDOW_MASK
+            self.taken_upto = seq
+        elif -ahead < STREAM_WINDOW:
+            self.bits |= 1 << -ahead
 
-    def record(self) -> SessionRecord:
-        """As the message stream's receiver remembers a session: each committed message answered 200."""
-        record = SessionRecord(self.taken_upto)
+    def committed(self) -> Iterator[int]:
+        """The sequence numbers committed within the window, in order."""
         for back in range(STREAM_WINDOW - 1, -1, -1):
             if self.bits >> back & 1:
-                record.remember(self.taken_upto - back, STATUS_QUEUED)
-        return record
+                yield self.taken_upto - back
 
     def encode(self) -> bytes:
         return _COMMITTED.pack(self.taken_upto, self.bits.to_bytes(_WINDOW_BYTES, "big"))
@@ -177,27 +182,8 @@ class CommittedSession:
         return cls(taken_upto, int.from_bytes(bits, "big"))
 
 
-class CommittedSessions:
-    """The sessions the inbox keeps answers for, least recently written first
-    out beyond MAX_STREAM_SESSIONS, as the message stream's receiver keeps them."""
-
-    def __init__(self, capacity: int = MAX_STREAM_SESSIONS) -> None:
-        self.capacity = capacity
-        self._sessions: OrderedDict[SessionKey, CommittedSession] = OrderedDict()
-
-    def get(self, key: SessionKey) -> CommittedSession | None:
-        return self._sessions.get(key)
-
-    def items(self) -> list[tuple[SessionKey, CommittedSession]]:
-        return list(self._sessions.items())
-
-    def put(self, key: SessionKey, session: CommittedSession) -> SessionKey | None:
-        """Hold `session` as the most recent; returns the session pushed out, if any."""
-        self._sessions[key] = session
-        self._sessions.move_to_end(key)
-        if len(self._sessions) > self.capacity:
-            return self._sessions.popitem(last=False)[0]
-        return None
+# The sessions the inbox keeps answers for, bounded as the message stream's receiver keeps them.
+CommittedSessions = SessionLru[CommittedSession]
 
 
 class InboxStore:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW
+from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW, BudgetUse
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
 from axl.identity import address_for_key
@@ -39,6 +39,7 @@ from axl.node.msgstream import (
     Answered,
     Hello,
     Message,
+    OutsideWindow,
     SessionRecord,
     SessionTable,
     StreamError,
@@ -72,8 +73,35 @@ LAST_ACK_WAIT = 10.0
 MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
 # What a 503 on the stream means (the receiver's log says which).
 STREAM_REFUSAL_CAUSES = "its receive queue is full, or it is at its budget for our MCP/A2A messages"
+# A sender breaking the stream protocol is logged at most once in this many
+# seconds (each of its streams is reset all the same), for this many senders.
+STREAM_ERROR_LOG_INTERVAL = 10.0
+STREAM_ERROR_LOG_PEERS = 1024
 
 Fallback = Callable[[bytes, bytes, float, int], None]
+
+
+class PeerLogLimit:
+    """When a peer-triggered log line may be written again, per peer: at
+    most once per `interval`, saying how many were left out meanwhile.
+    Remembers the `capacity` peers logged most recently."""
+
+    def __init__(self, interval: float, capacity: int) -> None:
+        self.interval = interval
+        self.capacity = capacity
+        self._peers: OrderedDict[bytes, tuple[float, int]] = OrderedDict()  # peer -> (next log, left out)
+
+    def allow(self, peer: bytes, now: float) -> int | None:
+        """None to leave this line out; else how many were left out before it."""
+        next_log, left_out = self._peers.get(peer, (now, 0))
+        if now < next_log:
+            self._peers[peer] = (next_log, left_out + 1)
+            return None
+        self._peers[peer] = (now + self.interval, 0)
+        self._peers.move_to_end(peer)
+        if len(self._peers) > self.capacity:
+            self._peers.popitem(last=False)
+        return left_out
 
 
 @dataclass(eq=False)
@@ -144,6 +172,8 @@ class MessageStreams:
         self._gathering: dict[int, tuple[bytes, StreamedBody]] = {}
         self._timers: Deadlines[_Link | _InboundStream] = Deadlines()
         self.window_refused = 0  # messages refused beyond a stream's STREAM_WINDOW
+        self.outside_window = 0  # inbound streams reset for a sequence number outside the window
+        self._error_log = PeerLogLimit(STREAM_ERROR_LOG_INTERVAL, STREAM_ERROR_LOG_PEERS)
         if self.enabled:
             stack.listen(settings.stream_port)
 
@@ -472,9 +502,7 @@ class MessageStreams:
                     return
                 events = receiver.feed(b"")
         except StreamError as exc:
-            log.warning("message stream from %s: %s", receiver.peer.hex()[:16], exc)
-            self.listener.read_errors += 1
-            self._abort_inbound(stream)
+            self._protocol_error(stream, exc, now)
             return
         stream.queue.extend(events)
         if receiver.partial:
@@ -483,6 +511,19 @@ class MessageStreams:
         else:
             stream.partial_since = None
         self._advance(stream, now)
+
+    def _protocol_error(self, stream: _InboundStream, error: StreamError, now: float) -> None:
+        """The sender broke the protocol: reset its stream (the messages it
+        holds in the application still get their answers on record)."""
+        if isinstance(error, OutsideWindow):
+            self.outside_window += 1
+        self.listener.read_errors += 1
+        peer = stream.receiver.peer
+        left_out = self._error_log.allow(peer, now)
+        if left_out is not None:
+            log.warning("message stream from %s: %s: reset%s", peer.hex()[:16], error,
+                        f" ({left_out} more from it left out of the log)" if left_out else "")
+        self._abort_inbound(stream)
 
     def _settle(self, stream: _InboundStream, session_id: int) -> bool:
         """A connection took over a session: end the older one. If that one
@@ -555,6 +596,16 @@ class MessageStreams:
                         "ignores the window): refusing each one beyond it (503)",
                         stream.receiver.peer.hex()[:16], STREAM_WINDOW)
         stream.out += stream.receiver.answer(seq, STATUS_REFUSED)
+
+    def budget_usage(self) -> list[BudgetUse]:
+        """The receiving side's budgets (besides the window of unanswered messages)."""
+        sessions = self._sessions
+        return [
+            BudgetUse("stream_seq_window", "stream", STREAM_WINDOW, None, self.outside_window),
+            BudgetUse("stream_sessions", "peer", sessions.per_peer, sessions.most_held_by_one_peer(),
+                      sessions.pushed_out["peer"]),
+            BudgetUse("stream_sessions", "node", sessions.capacity, len(sessions), sessions.pushed_out["node"]),
+        ]
 
     def most_unanswered(self) -> int:
         """Messages unanswered on the inbound stream that has the most (its
