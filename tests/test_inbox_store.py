@@ -5,6 +5,7 @@ files it refuses to start with (changing nothing in them)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -349,6 +350,7 @@ async def test_a_payload_file_that_cannot_be_written_refuses_its_message(tmp_pat
 async def test_start_up_removes_files_without_rows_and_drops_rows_without_their_file(tmp_path: Path, caplog) -> None:
     """What a crash leaves: a file whose row was never committed, or whose
     deletion was; after a power cut with "normal", a row whose file is short."""
+    caplog.set_level(logging.INFO, "axl.inbox")
     path = tmp_path / "inbox.sqlite3"
     inbox = Inbox(100, 1 << 30, open_store(path))
     for fill in (b"a", b"b", b"c"):
@@ -365,6 +367,7 @@ async def test_start_up_removes_files_without_rows_and_drops_rows_without_their_
     assert [again.get_nowait().payload[:1] for _ in range(len(again))] == [b"a", b"c"]
     assert payload_files(path) == sorted([first, third, "notes.txt"])
     assert f"{second} holds {BIG // 2} of the message's {BIG} bytes" in caplog.text
+    assert "removed 2 payload files" in caplog.text  # the one never committed, the short one
     again.close()
     assert len(Inbox(100, 1 << 30, open_store(path))) == 2
 

@@ -560,12 +560,15 @@ def _remove_strays(folder: Path, apart: set[int]) -> None:
         return
     except OSError as exc:
         raise StoreError(f"inbox: cannot read {folder}: {exc.strerror}") from None
-    for entry in entries:
-        if entry.name.isdigit() and int(entry.name) not in apart:
-            try:
-                os.unlink(entry.path)
-            except OSError as exc:
-                raise StoreError(f"inbox: cannot remove {entry.path}: {exc.strerror}") from None
+    strays = [entry.path for entry in entries if entry.name.isdigit() and int(entry.name) not in apart]
+    for stray in strays:
+        try:
+            os.unlink(stray)
+        except OSError as exc:
+            raise StoreError(f"inbox: cannot remove {stray}: {exc.strerror}") from None
+    if strays:
+        log.info("inbox: removed %d payload files of messages not committed before a crash, or "
+                 "delivered before it", len(strays))
 
 
 _LEFT_AS_IS = ("nothing in it was changed: move it aside to start with an empty inbox "
