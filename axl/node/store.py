@@ -285,7 +285,10 @@ class InboxStore:
         with the folder that names it, before the row that points at it."""
         if not apart:
             return
-        self.payloads.mkdir(mode=0o700, exist_ok=True)
+        if not self.payloads.is_dir():
+            self.payloads.mkdir(mode=0o700)
+            if self._full:
+                _sync_folder(self.path.parent)
         for id_, payload in apart:
             file = os.open(self.payloads / str(id_), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
             try:
