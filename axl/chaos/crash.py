@@ -91,8 +91,9 @@ class CrashReport:
     def text(self) -> str:
         return "\n".join([
             f"{self.path} path, {_size_text(self.size)} messages, inbox_sync {self.sync}: {self.messages} "
-            f"messages from {self.senders} senders, receiver SIGKILLed {self.kills} times "
-            f"({self.kills_mid_payload} while writing a payload file), {self.seconds:.1f}s",
+            f"messages from {self.senders} senders, receiver SIGKILLed {self.kills} times"
+            + (f" ({self.kills_mid_payload} while writing a payload file)" if (self.size or 0) >= APART_BYTES else "")
+            + f", {self.seconds:.1f}s",
             f"attempts {self.attempts}, acknowledged {self.acknowledged}, distinct messages read "
             f"{self.distinct_read}, lost {self.lost}, duplicated {self.duplicated}, out of order "
             f"{self.out_of_order}, forged sender {self.forged_sender}",
