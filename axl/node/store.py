@@ -48,6 +48,7 @@ import os
 import sqlite3
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -460,11 +461,24 @@ def _set_modes(db: sqlite3.Connection, path: Path, sync: str) -> None:
         raise _open_error(path, exc) from None
 
 
-def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
-    """Make a new file an inbox of this node, and write once (a start
-    counter), so that a disk too full for a commit shows now."""
+@contextmanager
+def _start_up_transaction(db: sqlite3.Connection, path: Path) -> Iterator[None]:
+    """A write at start-up, committed whole or not at all; SQLite's errors as StoreError."""
     try:
         db.execute("BEGIN IMMEDIATE")
+        yield
+        db.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from None
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+
+def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
+    """Make a new file an inbox of this node (or upgrade one of schema 1),
+    and write once (a start counter), so that a disk too full for a commit shows now."""
+    with _start_up_transaction(db, path):
         for statement in _SCHEMA:
             db.execute(statement)
         if db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
@@ -476,12 +490,6 @@ def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
             db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
             log.info("inbox %s: upgraded from schema 1 to %d", path, SCHEMA_VERSION)
         db.execute("UPDATE meta SET value = value + 1 WHERE name = 'starts'")
-        db.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise _open_error(path, exc) from None
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
 
 
 def _check_meta(found: dict, path: Path, owner: bytes) -> None:
@@ -522,7 +530,8 @@ def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int, set[int]]:
             apart.add(id_)
         messages.append((id_, sender, payload))
     if lost:
-        _drop(db, path, lost)
+        with _start_up_transaction(db, path):
+            db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in lost])
     _remove_strays(folder, apart)
     last_id = max(last_id, rows[-1][0] if rows else 0)
     return Kept(messages, sessions, last_id), session_rows[-1][2] if session_rows else 0, apart
@@ -541,18 +550,6 @@ def _read_payload(file: Path, size: int) -> bytes | None:
     log.warning("inbox: %s holds %d of the message's %d bytes (lost in a power cut with inbox_sync "
                 "normal?): the message is dropped", file, len(payload), size)
     return None
-
-
-def _drop(db: sqlite3.Connection, path: Path, ids: list[int]) -> None:
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in ids])
-        db.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise _open_error(path, exc) from None
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
 
 
 def _remove_strays(folder: Path, apart: set[int]) -> None:
