@@ -55,8 +55,10 @@ testnet: $(BIN)/axl-node
 bench: $(BIN)/axl-node
 	$(PY) -m axl.bench
 
-# The node against the reference Go programs (yggdrasil 0.5.12, yggdrasilctl,
-# Go AXL) in AXL_GO_BIN_DIR, by default ../shared/go-peers/bin when it exists.
+# The node against the reference Go programs (yggdrasil, yggdrasilctl, Go AXL)
+# in AXL_GO_BIN_DIR, by default ../shared/go-peers/bin (0.5.12) when it exists;
+# the tests ask `yggdrasil -version` which release they face (.ci/run runs
+# 0.5.12 and 0.5.14).
 AXL_GO_BIN_DIR ?= $(if $(wildcard ../shared/go-peers/bin),$(abspath ../shared/go-peers/bin))
 export AXL_GO_BIN_DIR
 interop: $(BIN)/axl-node

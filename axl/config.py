@@ -58,6 +58,9 @@ class NodeConfig:
     admin_listen: str = "none"
     nodeinfo: dict = field(default_factory=dict)
     nodeinfo_privacy: bool = False
+    # yggdrasil 0.5.14's GroupPassword: sessions only with nodes that have
+    # the same one; "" is the open network (docs/operations.md).
+    group_password: str = ""
     api_port: int = 9002
     bridge_addr: str = "127.0.0.1"
     # Every bridge request must carry `Authorization: Bearer <token>`; "" = off.
@@ -151,6 +154,7 @@ _OVERLAY_FIELDS = {
     "AdminListen": ("admin_listen", str),
     "NodeInfo": ("nodeinfo", dict),
     "NodeInfoPrivacy": ("nodeinfo_privacy", bool),
+    "GroupPassword": ("group_password", str),
 }
 # MulticastInterfaces entry key -> (MulticastRule field, kind)
 _MULTICAST_FIELDS = {"Regex": ("regex", str), "Beacon": ("beacon", bool), "Listen": ("listen", bool),
@@ -449,7 +453,8 @@ def load_config(path: str | Path) -> NodeConfig:
     try:
         raw = read_json(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise ConfigError(f"config file {path} is not valid JSON: {exc.msg} "
+                          f"at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # nested too deep, or an integer of more digits than Python reads
         raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
     return config_from_dict(raw)

@@ -23,7 +23,13 @@ class DeliveryTimeout(DeliveryError):
 
 
 class MessageTooLarge(DeliveryError):
-    """The payload exceeds max_message_size (HTTP 413)."""
+    """The payload exceeds max_message_size (HTTP 413). Wherever it is raised,
+    its text ends with what the sender can do about it."""
+
+    ADVICE = "split the message, or raise max_message_size on both nodes"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}; {self.ADVICE}")
 
 
 class PeerChangeRefused(ValueError):

@@ -6,7 +6,7 @@ decrypted packets, a 16 MiB message being joined) many times a second.
 glibc's malloc gives the top of its heap back to the kernel as soon as
 128 KiB of it are free, so the next allocation faults every page in again:
 450-530 page faults per MB moved at each node, each one a kernel entry and
-a page cleared (docs/performance.md, "The heap"). A top pad makes malloc
+a page cleared (docs/performance-log.md, "The heap"). A top pad makes malloc
 grow and shrink its heap in steps of TOP_PAD_BYTES instead, and a trim
 every TRIM_INTERVAL seconds returns what a burst left behind, so an idle
 node's memory still comes back down.

@@ -106,8 +106,8 @@ def refuse_oversized_early(limit: int) -> Callable[[web.Request], Awaitable[web.
         if request.headers.get("Expect", "").lower() != "100-continue":
             raise web.HTTPExpectationFailed(text=f"unknown Expect: {request.headers.get('Expect')}\n")
         if request.content_length is not None and request.content_length > limit:
-            response = web.Response(status=413, text=f"payload of {request.content_length} bytes "
-                                                       f"exceeds max_message_size {limit}\n")
+            refusal = MessageTooLarge(f"payload of {request.content_length} bytes exceeds max_message_size {limit}")
+            response = web.Response(status=413, text=f"{refusal}\n")
             response.force_close()
             return response
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")

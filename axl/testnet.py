@@ -42,6 +42,7 @@ from axl.harness import (
     spawn_node,
     stop_process,
 )
+from axl.config import ConfigError, load_config
 from axl.identity import NodeIdentity
 
 log = logging.getLogger("axl.testnet")
@@ -51,6 +52,10 @@ TESTNET_LINKS = ("tls", "tcp", "quic", "ws", "unix")
 # Link types that need a TCP port of their own besides the tls one.
 TCP_LINKS = ("tcp", "ws")
 POLL_INTERVAL_SECONDS = 0.2
+# How long `--run` waits for its listening nodes before starting the others anyway.
+LISTENERS_START_TIMEOUT_SECONDS = 15.0
+# What a node logs once its listeners and its bridge are up (axl.bridge.server).
+READY_LINE = "bridge listening on"
 HTTP_TIMEOUT_SECONDS = 2.0
 LOCK_NAME = "testnet.lock"
 
@@ -508,7 +513,9 @@ class PrefixedRun:
     """Existing configs run in the foreground, every log line prefixed with its node's name.
 
     For ``make run3``: several nodes in one terminal stay readable when each
-    line says which node wrote it. The name is the config file's stem.
+    line says which node wrote it. The name is the config file's stem. The
+    nodes that listen start first, and the others once those are listening,
+    so that nobody's first line is a refused dial of a node still starting.
     """
 
     def __init__(self, configs: list[Path], node_command: list[str] | None = None) -> None:
@@ -519,19 +526,36 @@ class PrefixedRun:
         self._print_lock = threading.Lock()
 
     def start(self) -> None:
+        listeners = [path for path in self.configs if _listens(path)]
+        started = [self._start_node(path) for path in listeners]
+        deadline = time.monotonic() + LISTENERS_START_TIMEOUT_SECONDS
+        for process, listening in started:
+            while process.poll() is None and time.monotonic() < deadline:
+                if listening.wait(POLL_INTERVAL_SECONDS):
+                    break
         for path in self.configs:
-            process = subprocess.Popen(
-                [*self.node_command, "--config", str(path)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self.processes.append(process)
-            threading.Thread(target=self._copy_lines, args=(path.stem, process), daemon=True).start()
+            if path not in listeners:
+                self._start_node(path)
 
-    def _copy_lines(self, name: str, process: subprocess.Popen[bytes]) -> None:
+    def _start_node(self, path: Path) -> tuple[subprocess.Popen[bytes], threading.Event]:
+        """The node of ``path``, and an event set once its bridge listens (its peerings' listeners
+        are bound before it)."""
+        process = subprocess.Popen(
+            [*self.node_command, "--config", str(path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        listening = threading.Event()
+        threading.Thread(target=self._copy_lines, args=(path.stem, process, listening), daemon=True).start()
+        return process, listening
+
+    def _copy_lines(self, name: str, process: subprocess.Popen[bytes], listening: threading.Event) -> None:
         assert process.stdout is not None
         for raw in process.stdout:
             line = raw.decode(errors="replace").rstrip("\n")
+            if READY_LINE in line:
+                listening.set()
             with self._print_lock:
                 print(f"{name:<{self.width}} | {line}", flush=True)
 
@@ -547,6 +571,15 @@ class PrefixedRun:
                 process.send_signal(signal.SIGTERM)
         for process in self.processes:
             stop_process(process)
+
+
+def _listens(config: Path) -> bool:
+    """Whether the config names listen URIs; one the node cannot read counts as not
+    (the node says why when it starts)."""
+    try:
+        return bool(load_config(config).listen)
+    except ConfigError:
+        return False
 
 
 def run_configs(paths: list[str]) -> int:

@@ -140,6 +140,12 @@ def test_peers_added_and_removed_at_run_time(trio, caplog):
     duplicate = admin_call(endpoint(a), "addPeer", uri=c.listen_uri)
     assert duplicate["status"] == "error" and "already configured" in duplicate["error"]
 
+    sorted_by = {order: ask(a, "getPeers", sort=order)["peers"] for order in ("cost", "uptime", "COST")}
+    assert [(p["cost"], p["key"]) for p in sorted_by["cost"]] == sorted((p["cost"], p["key"]) for p in sorted_by["cost"])
+    assert [p["key"] for p in sorted_by["COST"]] == [p["key"] for p in sorted_by["cost"]]
+    uptimes = [p.get("uptime", 0) for p in sorted_by["uptime"]]
+    assert uptimes == sorted(uptimes) and uptimes[0] < uptimes[-1], "the newest peering first"
+
     assert ask(a, "removePeer", uri=c.listen_uri) == {}
     wait_until(lambda: not c.get_json("/topology")["peers"], 10, what="c sees the peering gone")
     assert c.listen_uri not in {p.get("remote") for p in ask(a, "getPeers")["peers"]}, "no dialer is left"
@@ -169,6 +175,8 @@ def test_list_names_yggdrasils_commands(trio):
     assert names == ["addpeer", "debug_remotegetpeers", "debug_remotegetself", "debug_remotegettree",
                      "getmulticastinterfaces", "getnodeinfo", "getpaths", "getpeers", "getself",
                      "getsessions", "gettree", "gettun", "list", "removepeer"]
+    fields = {entry["command"]: entry.get("fields") for entry in ask(a, "list")["list"]}
+    assert fields["getpeers"] == ["sort"], "yggdrasil 0.5.13's getPeers argument"
 
 
 def test_unix_socket_is_group_only_and_removed_on_stop(tmp_path):

@@ -34,6 +34,23 @@ def test_quick_bench_reports_every_figure(tmp_path):
     written = json.loads(out.read_text())
     assert written["source"].startswith("python -m axl.bench --quick at ")
     assert EarlierRun.load(out, "asyncio").figures == figures
+    assert _ws_cpu_cells(run.stdout) == [
+        ["CPU per message: sending node, ms", f"{figures['ws_cpu_sender_ms']:.3f}"],
+        ["CPU per message: receiving node, ms", f"{figures['ws_cpu_receiver_ms']:.3f}"],
+    ]
+
+
+def _ws_cpu_cells(table: str) -> list[list[str]]:
+    """The label and first figure of the CPU rows under the table's /ws row."""
+    lines = table.splitlines()
+    ws_at = next(at for at, line in enumerate(lines) if line.startswith("| 1 KiB over one /ws socket (durable"))
+    section = []
+    for line in lines[ws_at + 1:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if not line.startswith("|   "):
+            break
+        section.append(cells[:2])
+    return [cells for cells in section if cells[0].startswith("CPU per message")]
 
 
 def test_shipped_earlier_run_names_its_source_and_known_figures():

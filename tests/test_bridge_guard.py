@@ -64,6 +64,15 @@ def test_every_route_needs_the_token(guarded, method, path):
         assert answer_headers["WWW-Authenticate"].startswith("Bearer")
 
 
+@pytest.mark.parametrize("path", ["/topology", "/peers"])  # the front door's route, the full application's
+def test_a_wrong_token_is_told_apart_from_a_missing_one(guarded, path):
+    a, _ = guarded
+    missing = raw_status(a, "GET", path)[2].decode()
+    wrong = raw_status(a, "GET", path, {"Authorization": "Bearer stale-token"})[2].decode()
+    assert missing == f"{ONE_LINE}; the request had none\n"
+    assert wrong == f"{ONE_LINE}; the Authorization header sent does not match\n"
+
+
 def test_the_token_opens_every_route(guarded):
     a, b = guarded
     for scheme in ("bearer", "BEARER", "Bearer "):

@@ -38,7 +38,8 @@ async def test_async_client_sends_receives_and_iterates(pair):
         assert (await receiver.topology())["our_public_key"] == b.peer_id
         assert await receiver.recv() is None
         await sender.send(b.peer_id, "hello")
-        assert await receiver.recv(wait=10) == Message(a.peer_id, b"hello")
+        message = await receiver.recv(wait=10)
+        assert (message.sender, message.body) == (a.peer_id, b"hello")
         for index in range(3):
             await sender.send(b.peer_id, json.dumps({"n": index}).encode())
         received = []
@@ -56,9 +57,25 @@ def test_blocking_client_sends_receives_and_iterates(pair):
         assert receiver.recv() is None
         sender.send(b.peer_id, b"\x00binary\xff")
         message = receiver.recv(wait=10)
-        assert message == Message(a.peer_id, b"\x00binary\xff")
+        assert (message.sender, message.body) == (a.peer_id, b"\x00binary\xff")
         sender.send(b.peer_id, "second")
         assert next(iter(receiver)).text() == "second"
+
+
+async def test_both_clients_give_the_nodes_message_id(pair):
+    """`Message.id` is the node's X-Message-Id (docs/operations.md: keep it against
+    duplicates); the node numbers its queue one by one."""
+    a, b = pair
+    for text in ("raw", "blocking", "async"):
+        a.send(b.peer_id, text.encode())
+    status, headers, body = b.recv()
+    assert (status, body) == (200, b"raw")
+    raw_id = int(headers["X-Message-Id"])
+    with Client(b.url) as blocking:
+        taken = blocking.recv(wait=10)
+    async with AsyncClient(b.url) as client:
+        awaited = await client.recv(wait=10)
+    assert [(m.body, m.id) for m in (taken, awaited)] == [(b"blocking", raw_id + 1), (b"async", raw_id + 2)]
 
 
 def test_refusals_carry_status_and_text(pair):

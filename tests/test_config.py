@@ -143,6 +143,8 @@ def run_cli(*args, cwd=None):
 @pytest.mark.parametrize("content, needle", [
     ('{"api_port": "x"}', "api_port"),
     ("{broken", "not valid JSON"),
+    ('{"Peers": [],\n "api_port": 9002,}', "not valid JSON: Expecting property name enclosed in double quotes "
+                                          "at line 2 column 19"),
     ('{"NodeInfo": %s1%s}' % ("[" * 100_000, "]" * 100_000), "not valid JSON: JSON nested too deep"),
     ('{"api_port": %s}' % ("9" * 5000), "not valid JSON: Exceeds the limit (4300 digits)"),
     ('{"NodeInfo": {"deep": %s1%s}}' % ("[" * 600, "]" * 600), "NodeInfo: arrays or objects nested too deep"),

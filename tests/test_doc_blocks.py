@@ -38,6 +38,10 @@ for n in 1 2 3; do axl-node genkey configs/keys/node$n.pem >/dev/null; done
 axl-testnet --run configs/node1.json configs/node2.json configs/node3.json >run3.log 2>&1 &
 until [ "$(curl -s localhost:9002/topology | python3 -c 'import json,sys; print(sum(p["up"] for p in json.load(sys.stdin)["peers"]))' 2>/dev/null)" = 2 ]; do sleep 0.3; done
 """
+PORT_9112_TAKEN = """
+python3 -m http.server 9112 --bind 127.0.0.1 >/dev/null 2>&1 &
+until curl -s -o /dev/null 127.0.0.1:9112; do sleep 0.2; done
+"""
 TESTNET = """
 .venv/bin/axl-testnet -n 5 >testnet.log 2>&1 &
 until grep -q "Ctrl-C stops all nodes" testnet.log; do sleep 0.5; done
@@ -71,8 +75,12 @@ SCENARIOS = [
                                                 "'uri': 'tls://127.0.0.1:9001'")),
     Scenario("README.md", (1,), TESTNET, ("total = 5 from 5 nodes", "MB/s", "delivery ratio         1.0000"),
              fresh_shell=True),
-    Scenario("examples/mcp/README.md", (0, 1, 2, 3), "", ("node B is ", '"name":"get_forecast"', "Lyon")),
-    Scenario("examples/a2a/README.md", (0, 1, 2, 3, 4), "", ('"skills"', "TASK_STATE_COMPLETED", "Lyon")),
+    # The walkthroughs beside the README's own nodes, as a reader who left `make run3` running has them.
+    Scenario("examples/mcp/README.md", (0, 1, 2, 3), RUN3, ("node B is ", '"name":"get_forecast"', "Lyon")),
+    Scenario("examples/a2a/README.md", (0, 1, 2, 3, 4), RUN3,
+             ("node B is ", '"skills"', "TASK_STATE_COMPLETED", "Lyon")),
+    Scenario("examples/mcp/README.md", (0,), PORT_9112_TAKEN,
+             ("nodes A and B did not start (ports 9101, 9102 or 9112 taken?): see a.log and b.log",)),
 ]
 
 

@@ -321,30 +321,37 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         cluster.stop_all()
 
 
-@pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
-def test_a_full_disk_stops_recv_handing_out_what_it_cannot_delete(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path)
+def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path) -> tuple[NodeProcess, Path]:
+    """A node whose inbox (on a 2 MiB tmpfs of its own) holds 16 messages,
+    then a disk filled to the last block: it can commit nothing more. The
+    filler's path is returned so that the test can free the disk again."""
     disk = tmp_path / "disk"
     disk.mkdir()
     receiver = cluster.add("r", extra={"inbox_path": str(disk / "inbox.sqlite3")})
     receiver.process = spawn_node(receiver.config_path, receiver.log_path, command=on_small_disk(disk, "2m"))
     STARTED.append(receiver)
+    wait_until(lambda: receiver.get_json("/topology"), 20, what="r's bridge")
+    receiver.peer_id = receiver.get_json("/topology")["our_public_key"]
+    for number in range(16):
+        assert receiver.send(receiver.peer_id, b"m%02d" % number)[0] == 200
+    filler = Path(f"/proc/{receiver.process.pid}/root") / disk.relative_to("/") / "filler"
+    fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
-        wait_until(lambda: receiver.get_json("/topology"), 20, what="r's bridge")
-        receiver.peer_id = receiver.get_json("/topology")["our_public_key"]
-        sent = [b"m%02d" % number for number in range(16)]
-        for payload in sent:
-            assert receiver.send(receiver.peer_id, payload)[0] == 200
-        filler = Path(f"/proc/{receiver.process.pid}/root") / disk.relative_to("/") / "filler"
-        fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            with pytest.raises(OSError, match="No space left"):
-                while True:  # to the last block
-                    os.write(fill, bytes(4096))
-        finally:
-            os.close(fill)
+        with pytest.raises(OSError, match="No space left"):
+            while True:  # to the last block
+                os.write(fill, bytes(4096))
+    finally:
+        os.close(fill)
+    return receiver, filler
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
+def test_a_full_disk_stops_recv_handing_out_what_it_cannot_delete(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        receiver, filler = _receiver_with_16_on_a_full_disk(cluster, tmp_path)
         handed_out, answer = [], None
-        for _ in sent:
+        for _ in range(16):
             status, _headers, body = receiver.recv(0)
             if status != 200:
                 answer = (status, body)
@@ -380,24 +387,8 @@ async def _ws_deliveries(base: str, seconds: float) -> int:
 @pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
 def test_a_full_disk_stops_ws_handing_out_what_it_cannot_delete(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    receiver = cluster.add("r", extra={"inbox_path": str(disk / "inbox.sqlite3")})
-    receiver.process = spawn_node(receiver.config_path, receiver.log_path, command=on_small_disk(disk, "2m"))
-    STARTED.append(receiver)
     try:
-        wait_until(lambda: receiver.get_json("/topology"), 20, what="r's bridge")
-        receiver.peer_id = receiver.get_json("/topology")["our_public_key"]
-        for number in range(16):
-            assert receiver.send(receiver.peer_id, b"m%02d" % number)[0] == 200
-        filler = Path(f"/proc/{receiver.process.pid}/root") / disk.relative_to("/") / "filler"
-        fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            with pytest.raises(OSError, match="No space left"):
-                while True:  # to the last block
-                    os.write(fill, bytes(4096))
-        finally:
-            os.close(fill)
+        receiver, _filler = _receiver_with_16_on_a_full_disk(cluster, tmp_path)
         wait_until(lambda: receiver.recv(0)[0] == 503, 20, what="/recv refusing on the full disk")
         assert asyncio.run(_ws_deliveries(receiver.url, 3.0)) == 0, \
             "/ws handed out messages whose deletions cannot commit"

@@ -14,13 +14,23 @@ import time
 
 import aiohttp
 import pytest
+import uvloop
+from prometheus_client import generate_latest
+
+from axl.adapters.counts import AdapterCounts
 
 from axl.budgets import (DISPATCHES_PER_NODE, DISPATCHES_PER_PEER, MAX_DEVICE_ENTRIES, MAX_INFOS_PER_PEER,
                          MAX_READ_AHEAD, MAX_RUMORS, MAX_RUNTIME_PEERS, MAX_SESSION_BUFFERS, MAX_STREAM_SESSIONS,
                          MAX_STREAM_SESSIONS_PER_PEER, STREAM_WINDOW, WS_MAX_IN_FLIGHT,
                          WS_MAX_IN_FLIGHT_BYTES, WS_MAX_MESSAGE)
+from axl.config import NodeConfig
+from axl.identity import NodeIdentity
+from axl.node import Node
 from axl.node.stats import MAX_UNANSWERED
-from nodes import Cluster, NodeProcess, metric_samples, wait_until
+from axl.observe import report
+from axl.observe.httpstats import HttpStats
+from axl.observe.metrics import build_registry
+from nodes import Cluster, NodeProcess, free_port, metric_samples, wait_until, wait_until_async
 
 UNKNOWN_PEER = "cd" * 32
 MESSAGES = 5
@@ -228,6 +238,15 @@ def test_dashboard_page_is_self_contained_under_a_strict_policy(trio) -> None:
     assert b"innerHTML" not in a.request("GET", "/dashboard/dashboard.js")[2]
 
 
+def test_dashboard_says_a_node_draws_only_its_part_of_the_network(trio) -> None:
+    """A reader counting 3 of 6 nodes learns why, beside the drawing."""
+    a, _, _ = trio
+    html = " ".join(a.request("GET", "/dashboard/")[2].decode().split())
+    assert ('<p id="graph-scope" class="note">A node knows only its part of the network: itself, its peers, '
+            "and each one's path up to the root. Nodes elsewhere are not drawn here; their own dashboards "
+            "show them.</p>") in html
+
+
 def read_events(response: http.client.HTTPResponse, until, deadline: float) -> list[tuple[str, dict]]:
     """Parse Server-Sent Events until `until(events)` holds; fail at the deadline."""
     events, kind, data = [], "", ""
@@ -308,3 +327,33 @@ def test_a_scrape_alone_does_not_load_the_full_application(tmp_path) -> None:
         assert "full application loaded" not in node.log_path.read_text()
     finally:
         node.stop()
+
+
+def test_a_scrape_while_a_peering_closes_leaves_its_rtt_out() -> None:
+    """Under uvloop a TLS link's socket closes (its descriptor becomes -1)
+    a turn before the link hears that the connection is lost. A scrape in
+    that turn asked the closed socket for TCP_INFO, got a ValueError, and
+    GET /metrics (and the dashboard's peerings) answered 500."""
+    uvloop.run(_scrape_while_a_peering_closes())
+
+
+async def _scrape_while_a_peering_closes() -> None:
+    port = free_port()
+    a = Node(NodeConfig(listen=[f"tls://127.0.0.1:{port}"], api_port=free_port()), NodeIdentity.generate())
+    b = Node(NodeConfig(peers=[f"tls://127.0.0.1:{port}"], api_port=free_port()), NodeIdentity.generate())
+    await a.start()
+    await b.start()
+    try:
+        await wait_until_async(lambda: a.links, 15, what="b peered with a")
+        link = next(iter(a.links.values()))
+        assert link.rtt() is not None
+        link._connection._transport.abort()
+        await asyncio.sleep(0)  # the socket closes; the link hears of it on the next turn
+        assert link in a.links.values() and link._connection.socket.fileno() == -1
+        metrics = metric_samples(generate_latest(build_registry(a, HttpStats(), AdapterCounts())).decode())
+        assert not any(name == "axl_link_rtt_seconds" for name, _ in metrics)
+        assert value(metrics, "axl_peers", state="up") == 1
+        assert [row["rtt_ms"] for row in report.peers(a)["peerings"]] == [None]
+    finally:
+        await b.stop()
+        await a.stop()

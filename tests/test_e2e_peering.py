@@ -15,14 +15,18 @@ import aiohttp
 import pytest
 
 from axl.daemon import stop_signals
-from nodes import Cluster, NodeProcess, polls_waiting, up_peers, wait_until
+from nodes import Cluster, NodeProcess, free_port, polls_waiting, up_peers, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def configs_cluster(tmp_path):
-    """The three nodes of configs/, unchanged but for the key and inbox paths."""
+    """The three nodes of configs/, unchanged but for the key and inbox paths and
+    their ports: free ones instead of 9001, 9002, 9012 and 9022, which `make run3`
+    (the README's own nodes, perhaps running in another terminal) uses."""
+    listen_port = free_port()
+    hub_uri = f"tls://127.0.0.1:{listen_port}"
     nodes = []
     for index in (1, 2, 3):
         config = json.loads((REPO / "configs" / f"node{index}.json").read_text())
@@ -31,9 +35,12 @@ def configs_cluster(tmp_path):
                        capture_output=True)
         config["PrivateKeyPath"] = str(key)
         config["inbox_path"] = str(tmp_path / f"node{index}.inbox.sqlite3")
+        config["api_port"] = free_port()
+        config["Listen"] = [hub_uri] if config["Listen"] else []
+        config["Peers"] = [hub_uri] * len(config["Peers"])
         path = tmp_path / f"node{index}.json"
         path.write_text(json.dumps(config))
-        nodes.append(NodeProcess(f"node{index}", path, config["api_port"], 9001 if index == 1 else None,
+        nodes.append(NodeProcess(f"node{index}", path, config["api_port"], listen_port if index == 1 else None,
                                  tmp_path / f"node{index}.log"))
     yield nodes
     for node in nodes:
@@ -51,7 +58,7 @@ def test_configs_peer_go_down_and_come_back(configs_cluster):
     assert topo["our_public_key"] == second.peer_id
     assert topo["our_ipv6"].startswith("2")
     (outbound,) = topo["peers"]
-    assert outbound == {**outbound, "uri": "tls://127.0.0.1:9001", "up": True, "inbound": False,
+    assert outbound == {**outbound, "uri": hub.listen_uri, "up": True, "inbound": False,
                         "public_key": hub.peer_id}
     assert outbound["port"] >= 1
     inbound_ports = sorted(p["port"] for p in hub.get_json("/topology")["peers"])
@@ -61,7 +68,7 @@ def test_configs_peer_go_down_and_come_back(configs_cluster):
     wait_until(lambda: not any(p["up"] for p in second.get_json("/topology")["peers"]), 10,
                what="peering seen down")
     down = second.get_json("/topology")["peers"]
-    assert down[0]["uri"] == "tls://127.0.0.1:9001" and down[0]["up"] is False
+    assert down[0]["uri"] == hub.listen_uri and down[0]["up"] is False
 
     hub.start()
     restarted = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from gossip_sim import SimConfig, Simulation, peer_graph  # noqa: E402
 from test_testnet import FAKE_NODE, REAL_NODE, node_command  # noqa: E402
 
 from axl.testnet import Testnet  # noqa: E402
+from nodes import Cluster, wait_until  # noqa: E402
 
 TOPIC = "t"
 
@@ -218,3 +220,29 @@ async def test_gossipsub_over_a_testnet_delivers_everything(tmp_path, kind):
     assert lines[:2] == ["5 drivers started; letting the meshes form for 2 s",
                          "publishing 20 messages, one every 0.1 s (about 2 s)"]
     assert [line for line in lines if "published" in line][-1] == "  published 20/20"
+
+
+def test_a_chat_says_who_hears_it_or_why_nobody_does(tmp_path):
+    """The first chat has no gossip peer on its topic and says what to do; a chat
+    started on its neighbour hears of it (its greeting waited in that node's queue)."""
+    cluster = Cluster(tmp_path)
+    a = cluster.add("a")
+    b = cluster.add("b", peers=[a])
+    driver = [sys.executable, str(EXAMPLES / "gossipsub" / "gossip_driver.py"), "--topic", "chat", "--bridge"]
+    cluster.start_all()
+    first = None
+    try:
+        wait_until(lambda: b.up_peer_keys() == {a.peer_id}, 20, what="b peered with a")
+        first = subprocess.Popen([*driver, a.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert first.stdout.readline().startswith(f"{a.peer_id} on topic 'chat'")
+        assert first.stdout.readline() == (
+            "no gossip peer on 'chat' yet (of 1): messages go only to chats on this node's overlay neighbours; "
+            f"start a chat on one of them, or start another with --peer {a.peer_id}\n")
+        second = subprocess.run([*driver, b.url], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=60)
+    finally:
+        if first is not None:
+            first.communicate("", timeout=30)
+        cluster.stop_all()
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[1] == f"1 gossip peer(s) on 'chat': {a.peer_id[:16]}"

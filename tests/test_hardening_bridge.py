@@ -167,9 +167,12 @@ def test_silent_clients_on_listen_port_time_out_while_peerings_form(cluster, tmp
 
 
 def test_bridge_listens_on_loopback_unless_told_otherwise(tmp_path) -> None:
+    """And an open bridge without a token says what that hands out, as the admin socket does."""
     cluster = Cluster(tmp_path)
     default = cluster.add("default", listen=False)
     wide = cluster.add("wide", listen=False, extra={"bridge_addr": "0.0.0.0"})
+    guarded = cluster.add("guarded", listen=False, extra={"bridge_addr": "0.0.0.0", "bridge_token": "s3cret"})
+    guarded.token = "s3cret"
     cluster.start_all()
     try:
         assert listening_addresses(default.api_port) == {"0100007F"}
@@ -181,6 +184,9 @@ def test_bridge_listens_on_loopback_unless_told_otherwise(tmp_path) -> None:
         assert default.request("GET", "/topology", None, lan_name)[0] == 403
     finally:
         cluster.stop_all()
+    open_bridge = "WARNING axl.bridge: bridge on 0.0.0.0, which is not loopback, without bridge_token"
+    assert open_bridge in wide.log_path.read_text()
+    assert "WARNING" not in default.log_path.read_text() + guarded.log_path.read_text()
 
 
 def test_allowed_public_keys_refuse_strangers(tmp_path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import logging
 import random
+import re
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -181,9 +182,16 @@ async def test_matching_password_links(managers) -> None:
 async def test_own_key_is_refused(managers, caplog) -> None:
     node, at_node = managers(ID_A)
     uri = await _listen(node, "tcp://127.0.0.1:0")
-    node.add_peer(uri)
+    dialed = node.add_peer(uri)
     await at_node.until(lambda: caplog.text.count("own key") >= 2)
     assert not at_node.ups
+    # yggdrasil 0.5.13: a link to ourselves is not redialed; the peer stays
+    # configured, showing why it is down.
+    dialer = node._peers[dialed.peer_key].task
+    await asyncio.wait_for(asyncio.shield(dialer), WAIT)
+    assert "not redialed" in caplog.text and caplog.text.count("own key") == 2
+    [status] = [s for s in node.peers_status() if s["uri"] == str(dialed)]
+    assert "own key" in status["last_error"]
 
 
 async def test_garbage_and_http_are_refused_without_harm(managers, caplog) -> None:
@@ -396,6 +404,21 @@ async def test_redialing_survives_an_unexpected_error(managers, monkeypatch, cap
         await at_client.until(lambda: at_client.ups)
     assert len(attempts) >= 2
     assert "unexpected failure in one attempt" in caplog.text
+
+
+async def test_a_failed_dial_says_when_it_is_tried_again(managers, caplog) -> None:
+    """A refused dial's log line says the node keeps trying, and when."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    uri = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
+    client, _ = managers(ID_B)
+    with caplog.at_level(logging.INFO, logger="axl.link"):
+        client.add_peer(uri)
+        await Recorder.until(lambda: "retrying in" in caplog.text)
+    closed.close()
+    failures = [record.getMessage() for record in caplog.records if "failed" in record.getMessage()]
+    assert all(re.fullmatch(rf"dial {uri} failed: .+ \(retrying in 0\.\d+ s\)", line) for line in failures), \
+        failures
 
 
 async def _impostor_server(cert_identity: NodeIdentity, meta_identity: NodeIdentity,

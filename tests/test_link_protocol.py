@@ -91,7 +91,7 @@ def test_own_key_and_unlisted_keys_are_refused():
     a = LinkConnection(LinkPolicy(A, inbound=False), 0.0)
     mirror = LinkConnection(LinkPolicy(A, inbound=True), 0.0)
     a.receive_data(mirror.data_to_send(), 0.0)
-    assert events(a) == [LinkClosed("connection to our own key", established=False)]
+    assert events(a) == [LinkClosed("connection to our own key", established=False, to_self=True)]
     a, b = pair(allowed_keys=frozenset({NodeIdentity.from_seed(b"\x0c" * 32).public_key}))
     b.receive_data(a.data_to_send(), 0.0)
     [closed] = events(b)

@@ -100,6 +100,37 @@ async def test_ws_listener_health_and_subprotocol() -> None:
         await listener.wait_closed()
 
 
+@pytest.mark.parametrize("listen_uri, origin, allowed", [
+    ("ws://127.0.0.1:0", None, True),
+    ("ws://127.0.0.1:0", "http://evil.example", False),
+    ("ws://127.0.0.1:0?origin=*.agents.example", "https://ui.agents.example", True),
+    ("ws://127.0.0.1:0?origin=*.agents.example", "https://evil.example", False),
+    ("ws://127.0.0.1:0?origin=https://UI.agents.example", "https://ui.agents.example", True),
+    ("ws://127.0.0.1:0?origin=https://ui.agents.example", "http://ui.agents.example", False),
+    ("ws://127.0.0.1:0?origin=&origin=*", "http://evil.example", True),
+])
+async def test_ws_listener_origin_patterns(listen_uri: str, origin: str | None, allowed: bool) -> None:
+    """yggdrasil 0.5.14's `?origin=` on a ws:// listener: browser origins
+    it accepts besides its own host (coder/websocket's rule)."""
+    listener = await listen(parse_listen_uri(listen_uri), asyncio.Protocol, _settings())
+    headers = {"Origin": origin} if origin else {}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{listener.port}/", headers={
+                    **headers, "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "ygg-ws"}) as response:
+                assert (response.status == 101) is allowed, response.status
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+def test_origin_option_round_trips() -> None:
+    uri = parse_peer_uri("ws://h:1/p?origin=https%3A%2F%2Fa.example&origin=b.example&origin=")
+    assert uri.origins == ("https://a.example", "b.example")
+    assert parse_peer_uri(str(uri)) == uri
+
+
 class _Sink(asyncio.Protocol):
     def __init__(self, received: bytearray) -> None:
         self.received = received

@@ -65,6 +65,23 @@ def test_urllib_reads_413_over_a_small_limit(nodes) -> None:
     assert urllib_status(small, b"x" * OVER_SMALL) == 413
 
 
+def test_a_413_says_what_to_do(nodes) -> None:
+    """Split, or raise the limit on both nodes: the body says so, on every way in
+    (a body read whole, an early refusal of its declared length, Expect: 100-continue)."""
+    small, _ = nodes
+    advice = "; split the message, or raise max_message_size on both nodes\n"
+    status, _, body = small.send(small.peer_id, b"x" * (SMALL_LIMIT + 1))
+    assert (status, body.decode()) == (413, f"payload of {SMALL_LIMIT + 1} bytes exceeds max_message_size "
+                                            f"{SMALL_LIMIT}{advice}")
+    with socket.create_connection(("127.0.0.1", small.api_port), timeout=10) as sock:
+        sock.sendall(f"POST /send HTTP/1.1\r\nHost: x\r\nX-Destination-Peer-Id: {small.peer_id}\r\n"
+                     f"Content-Length: {SMALL_LIMIT + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
+        early = http.client.HTTPResponse(sock)
+        early.begin()
+        assert (early.status, early.read().decode()) == (
+            413, f"payload of {SMALL_LIMIT + 1} bytes exceeds max_message_size {SMALL_LIMIT}{advice}")
+
+
 def test_http_client_reads_413(nodes) -> None:
     small, _ = nodes
     connection = http.client.HTTPConnection("127.0.0.1", small.api_port, timeout=30)

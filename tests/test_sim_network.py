@@ -124,3 +124,25 @@ def test_a_packet_sent_before_blooms_spread_still_arrives_once_they_do():
         if net.received(7, 0):
             break
     assert net.received(7, 0) == [b"early bird"]
+
+
+def test_a_slow_direct_link_to_the_destination_beats_a_fast_detour():
+    """yggdrasil 0.5.13's next hop (ironwood 7017dbc): the lowest link cost
+    times the distance left, so a peer that is the destination (distance 0)
+    wins over any detour however fast; 0.5.12's cost per distance gained
+    sent the packet round the fast detour through the root."""
+    net = Network(3, seed=5)
+    root, a, d = sorted(range(3), key=lambda i: net.nodes[i].key)
+    net.connect(a, root, latency=0.001)
+    net.connect(root, d, latency=0.001)
+    _converge(net)
+    net.connect(a, d, latency=0.2)  # later, so d stays the root's child
+    net.run(20)  # every link's latency measured
+    parents = {e.key: e.parent for e in net.nodes[root].router.tree_entries()}
+    assert parents[net.nodes[a].key] == parents[net.nodes[d].key] == net.nodes[root].key
+    net.send(a, d, b"first")  # the lookup finds d's path
+    net.run(3)
+    net.send(a, d, b"direct")
+    net.run(3)
+    assert net.received(d, a)[-1] == b"direct"
+    assert net.traffic_hops[b"direct"] == 1

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections import deque
 from pathlib import Path
@@ -30,6 +31,7 @@ import pytest
 from axl.identity import NodeIdentity
 from axl.harness import LOOPBACK, ephemeral_port_floor, free_port
 from axl.testnet import (
+    PrefixedRun,
     Testnet,
     TestnetError,
     TreeView,
@@ -330,6 +332,34 @@ def test_run_prefixes_every_node_line_with_its_name(tmp_path):
     assert lines and all(line.split(" | ")[0].strip() in ("node-0", "node-1") for line in lines)
     seen = {line.split(" | ")[0].strip() for line in lines if "peer id" in line}
     assert seen == {"node-0", "node-1"}
+
+
+def test_run_starts_the_dialers_once_the_listener_listens(tmp_path, capsys):
+    """`make run3`'s shape, with a hub slow to start: none of the dialers logs a
+    refused dial of it, which a newcomer reads as an error."""
+    hub_uri = f"tls://{LOOPBACK}:{free_port()}"
+    configs = []
+    for name, listen, peers in (("dialer1", [], [hub_uri]), ("dialer2", [], [hub_uri]), ("hub", [hub_uri], [])):
+        key = tmp_path / f"{name}.pem"
+        key.write_bytes(NodeIdentity.generate().pem())
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"PrivateKeyPath": str(key), "inbox_path": "", "Listen": listen,
+                                      "Peers": peers, "api_port": free_port()}))
+        configs.append(config)
+    slow_hub = ["sh", "-c", 'case "$2" in *hub*) sleep 1;; esac; exec "$0" -m axl.cli "$@"', sys.executable]
+    runner = PrefixedRun(configs, node_command=slow_hub)
+    output = ""
+    try:
+        runner.start()
+        deadline = time.monotonic() + 30
+        while output.count("peering up") < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            output += capsys.readouterr().out
+    finally:
+        runner.stop()
+    output += capsys.readouterr().out
+    assert output.count("peering up") >= 4, output
+    assert "failed" not in output, output
 
 
 def _lines_until(process: subprocess.Popen, match, want: int, timeout: float = 30.0):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import binascii
 import ipaddress
 from collections.abc import Awaitable, Callable
+from functools import cmp_to_key
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,9 +115,34 @@ async def get_self(node: AdminNode, rates: Rates, arguments: dict[str, Any]) -> 
             "subnet": _subnet(identity)}
 
 
+# getPeers' `sort` (yggdrasil 0.5.13): the entry fields compared in turn.
+_PEER_ORDERS = {
+    "uptime": ("uptime", "key", "priority", "cost"),
+    "cost": ("cost", "key", "priority", "uptime"),
+}
+_DEFAULT_PEER_ORDER = ("inbound", "key", "priority", "cost", "uptime")
+
+
 async def get_peers(node: AdminNode, rates: Rates, arguments: dict[str, Any]) -> dict[str, Any]:
-    reports = sorted(node.peer_reports(), key=lambda r: (r.inbound, r.key.hex(), r.priority, r.cost))
-    return {"peers": [_peer_entry(report, rates) for report in reports]}
+    order = _PEER_ORDERS.get(_string_argument(arguments, "sort").lower(), _DEFAULT_PEER_ORDER)
+    entries = [_peer_entry(report, rates) for report in node.peer_reports()]
+    return {"peers": sorted(entries, key=cmp_to_key(lambda a, b: _compare_peers(a, b, order)))}
+
+
+def _compare_peers(a: dict[str, Any], b: dict[str, Any], order: tuple[str, ...]) -> int:
+    """Go's comparison of two PeerEntry (src/admin/getpeers.go): outbound
+    before inbound, keys as strings, numbers by their difference made an
+    int, so uptimes less than a second apart are equal and end the
+    comparison there, as in Go."""
+    for name in order:
+        x, y = a.get(name, 0), b.get(name, 0)
+        if name in ("inbound", "key"):
+            difference = (x > y) - (x < y)
+        else:
+            difference = x - y
+        if difference:
+            return int(difference)
+    return 0
 
 
 def _peer_entry(report: PeerReport, rates: Rates) -> dict[str, Any]:
@@ -283,7 +309,7 @@ async def list_commands(node: AdminNode, rates: Rates, arguments: dict[str, Any]
 _TABLE = (
     Command("list", "List available commands", (), list_commands),
     Command("getSelf", "Show details about this node", (), get_self),
-    Command("getPeers", "Show directly connected peers", (), get_peers),
+    Command("getPeers", "Show directly connected peers", ("sort",), get_peers),
     Command("getTree", "Show known Tree entries", (), get_tree),
     Command("getPaths", "Show established paths through this node", (), get_paths),
     Command("getSessions", "Show established traffic sessions with remote nodes", (), get_sessions),

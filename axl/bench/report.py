@@ -50,6 +50,7 @@ def _inbox_mode_rows(mode: str, how: str) -> list[Row]:
         Row(f"small_cpu_receiver_ms_inbox_{mode}", "  CPU per message: receiving node, ms", "{:.3f}"),
         Row(f"ws_msgs_per_s_inbox_{mode}", f"1 KiB over one /ws socket, {how}, acknowledged/s", "{:.0f}"),
         Row(f"ws_lost_inbox_{mode}", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+        Row(f"ws_cpu_receiver_ms_inbox_{mode}", "  CPU per message: receiving node, ms", "{:.3f}"),
     ]
     if mode != "off":  # an inbox in memory makes no commits
         rows += [Row(f"ws_commit_ms_inbox_{mode}", "  receiver's inbox commit, mean ms", "{:.2f}"),
@@ -87,6 +88,8 @@ ROWS: list[Row] = [
     Row("ws_ratio_noop", "  ratio to no-op rate", "{:.3f}", ">= 1"),
     Row("ws_ratio_inbox_off", "  ratio to the same with the inbox in memory", "{:.3f}", ">= 0.9"),
     Row("ws_lost", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+    Row("ws_cpu_sender_ms", "  CPU per message: sending node, ms", "{:.3f}"),
+    Row("ws_cpu_receiver_ms", "  CPU per message: receiving node, ms", "{:.3f}"),
     Row("ws_commit_ms", "  receiver's inbox commit, mean ms", "{:.2f}"),
     Row("ws_per_commit", "  messages per inbox commit", "{:.1f}"),
     *(row for mode, how in INBOX_MODE_LABELS.items() for row in _inbox_mode_rows(mode, how)),

@@ -324,7 +324,9 @@ class LoopBench:
     async def _ws_messages(self, suffix: str = "") -> None:
         """1 KiB messages n0 -> n1 over /ws: one sending socket (rate of 200
         acks) and one receiving socket on n1 that marks each delivery done;
-        and n1's inbox commits meanwhile (their mean time, messages per commit)."""
+        each node's CPU per message until the deliveries are done (the
+        receiver's share includes handing them out); and n1's inbox commits
+        meanwhile (their mean time, messages per commit)."""
         source, dest = self.nodes[0], self.nodes[1]
         commits_before = await self._inbox_commits(dest)
         count = self.sizes.small_count
@@ -333,6 +335,7 @@ class LoopBench:
                 self.http.ws_connect(f"{source.url}/ws") as outbound:
             delivered: set[int] = set()
             receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered))
+            cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid))
             start = time.perf_counter()
             writing = asyncio.create_task(self._ws_write(outbound, frame, count))
             acked = await self._ws_acks(outbound, count)
@@ -340,7 +343,11 @@ class LoopBench:
             await writing
             await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
             receiving.cancel()
+            cpu_used = [after - before for before, after in zip(
+                cpu_before, (cpu_seconds(source.pid), cpu_seconds(dest.pid)))]
         self.figures["ws_msgs_per_s" + suffix] = acked / elapsed
+        self.figures["ws_cpu_sender_ms" + suffix] = cpu_used[0] / count * 1000
+        self.figures["ws_cpu_receiver_ms" + suffix] = cpu_used[1] / count * 1000
         self.figures["ws_lost" + suffix] = float(acked - len(delivered))
         count, seconds = (after - before for after, before in zip(await self._inbox_commits(dest), commits_before))
         self.figures["ws_commit_ms" + suffix] = seconds / count * 1000 if count else math.nan

@@ -157,7 +157,8 @@ def guard_middleware(guard: BridgeGuard) -> Callable[..., Awaitable[web.StreamRe
                 guard.allows_dashboard(request.path, request.headers.get("Cookie", "")):
             return await handler(request)
         signed_in = guard.sign_in(request.path, request.query_string)
-        return response_for(signed_in if signed_in is not None else unauthorized(request.path))
+        refused = unauthorized(request.path, request.headers.get("Authorization", ""))
+        return response_for(signed_in if signed_in is not None else refused)
     return check_token
 
 

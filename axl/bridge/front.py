@@ -369,7 +369,7 @@ class BridgeConnection(asyncio.Protocol):
         not asked: none of the routes here takes JSON."""
         door = self.door
         if door.guard is not None and not door.guard.allows(head.authorization):
-            return unauthorized(head.path)
+            return unauthorized(head.path, head.authorization)
         return door.pages.refusal(head.method, head.path, head.host, head.origin, None)
 
     def _await_head(self) -> None:

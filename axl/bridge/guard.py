@@ -73,11 +73,13 @@ class BridgeGuard:
         return Answer(303, b"", None, (("Location", path), ("Set-Cookie", cookie)))
 
 
-def unauthorized(path: str) -> Answer:
-    """401 with one line saying what is missing."""
+def unauthorized(path: str, authorization: str = "") -> Answer:
+    """401 with one line saying what is missing, or that the `authorization` sent is
+    not the token: a client with a stale token should not hunt for a missing header."""
     where = " (in a browser, open /dashboard/?token=TOKEN once)" if path.startswith(DASHBOARD) else ""
+    sent = "the Authorization header sent does not match" if authorization else "the request had none"
     answer = text_answer(401, f"this bridge needs 'Authorization: Bearer <token>' "
-                              f"(bridge_token or AXL_BRIDGE_TOKEN){where}")
+                              f"(bridge_token or AXL_BRIDGE_TOKEN); {sent}{where}")
     answer.headers = CHALLENGE
     return answer
 

@@ -13,7 +13,7 @@ from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
 from axl.bridge.guard import BridgeGuard, page_guard
 from axl.config import NodeConfig
-from axl.localsocket import bind_unix_socket, remove_socket
+from axl.localsocket import bind_unix_socket, is_loopback, remove_socket
 from axl.observe.observatory import Observatory
 
 if TYPE_CHECKING:
@@ -67,6 +67,9 @@ class BridgeServer:
         self.observatory.start()
         shown = f"[{host}]" if ":" in host else host
         log.info("bridge listening on %s", host if path is not None else f"http://{shown}:{port}")
+        if path is None and not self.config.bridge_token and not is_loopback(host):
+            log.warning("bridge on %s, which is not loopback, without bridge_token: anyone who reaches "
+                        "port %d can send as this node and read its messages", host, port)
 
     def _metrics(self) -> tuple[bytes, str]:
         from axl.observe import metrics  # prometheus_client loads here, on the first scrape

@@ -76,8 +76,10 @@ class RpcError(BridgeError):
 class Message:
     """One message taken from the node's receive queue.
 
-    ``id`` is set for messages taken over ``/ws`` (``MessageStream``): the
-    node's own id for the message, the same if it is delivered again.
+    ``id`` is the node's own id for the message (``X-Message-Id`` on
+    ``/recv``, the frame's first bytes over ``/ws``), the same if it is
+    delivered again, so a client can drop duplicates; ``None`` from a node
+    that sends none (a Go AXL node).
     """
 
     sender: str
@@ -137,7 +139,9 @@ def _rpc_result(reply: Reply, url: str) -> Any:
 def _message(reply: Reply, url: str) -> Message | None:
     if reply.status == 204:
         return None
-    return Message(reply.headers.get("x-from-peer-id", ""), reply.body)
+    message_id = reply.headers.get("x-message-id", "")
+    return Message(reply.headers.get("x-from-peer-id", ""), reply.body,
+                   int(message_id) if message_id.isdigit() else None)
 
 
 def _nothing(reply: Reply, url: str) -> None:

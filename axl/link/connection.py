@@ -44,7 +44,7 @@ READ_BUFFER_BYTES = 128 * 1024
 64 KiB frames, so that half of a bulk transfer's frames lie whole inside one
 read and the frame decoder copies them once (a 64 KiB buffer split nearly
 every frame). 256 KiB cost the receiver less CPU still, but its transfers
-ran slower (docs/performance.md, "Bulk: where a one-hop transfer goes")."""
+ran slower (docs/performance-log.md, "Bulk: where a one-hop transfer goes")."""
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
@@ -140,6 +140,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         # Why it closed, for the link manager's last error ("" while open).
         self.close_reason = ""
+        # The handshake found our own key: redialing would find it again.
+        self.to_self = False
         self.counters = LinkCounters()
         self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
@@ -240,6 +242,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 self.log.warning("handshake with %s failed: %s", self.who, event.reason)
                 self.close_reason = f"handshake failed: {event.reason}"
+                self.to_self = event.to_self
                 self._close_transport()
 
     def _establish(self, meta: LinkMeta, priority: int) -> None:

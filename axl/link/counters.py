@@ -27,10 +27,15 @@ class LinkCounters:
 
 def smoothed_rtt(sock: Any) -> float | None:
     """The kernel's smoothed round-trip time of a TCP socket in seconds (Linux),
-    or None where TCP_INFO is not available. Costs one system call, so it is
-    read when someone asks, never per frame."""
+    or None where TCP_INFO is not available or the socket has closed. Costs
+    one system call, so it is read when someone asks, never per frame.
+
+    A closed transport's socket has descriptor -1: uvloop's then raises
+    ValueError rather than OSError, and under TLS it closes a turn before
+    the link hears that its connection is lost (while the node still lists
+    the link)."""
     option = getattr(socket, "TCP_INFO", None)
-    if sock is None or option is None:
+    if sock is None or option is None or sock.fileno() < 0:
         return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_SIZE)

@@ -69,6 +69,7 @@ class _Peer:
     connection: Connection | None = None
     last_error: str = ""
     last_error_at: float = 0.0
+    to_self: bool = False  # its last handshake found our own key
 
     def failed(self, error: str) -> None:
         self.last_error = error
@@ -134,7 +135,7 @@ class DialFailureLog:
         self._window_lines += 1
         line = f"dial {uri} failed: {error}"
         if retry is not None:
-            line += f" (retrying in {retry:.0f} s)"
+            line += f" (retrying in {retry:.0f} s)" if retry >= 1 else f" (retrying in {retry:.1f} s)"
         if notes is not None and notes.unlogged:
             line += f"; {notes.unlogged} more failure(s) of this peer since its last line"
         self._peers[uri] = _PeerNotes(error, now)
@@ -277,6 +278,9 @@ class LinkManager:
                     backoff.reset()
             except Exception:
                 self.log.exception("dialing %s failed unexpectedly", peer.uri)
+            if peer.to_self:
+                self.log.warning("%s reaches this node itself: not redialed (remove it from Peers)", peer.uri)
+                return
             delay = backoff.next_delay()
             if dial_error is not None:
                 self._log_dial_failure(peer.uri, dial_error, delay)
@@ -330,6 +334,7 @@ class LinkManager:
             return await connection.done
         finally:
             peer.connection = None
+            peer.to_self = connection.to_self
             peer.failed(connection.close_reason or "remote side closed the connection")
 
     # --- status and shutdown ---------------------------------------------------

@@ -95,30 +95,40 @@ class _Fields:
     priority: int = 0
 
 
-def _fixed(tlvs: memoryview, size: int) -> bytes:
-    """Go reads fixed-size TLV values regardless of the TLV's own length."""
-    if len(tlvs) < size:
-        raise MetaError("truncated handshake field")
-    return bytes(tlvs[:size])
+# The value size of each TLV this decoder reads; other kinds are skipped.
+_FIELD_SIZES = {TLV_MAJOR: 2, TLV_MINOR: 2, TLV_PUBLIC_KEY: KEY_SIZE, TLV_PRIORITY: 1}
 
 
 def _parse_tlvs(tlvs: memoryview) -> _Fields:
-    """Parse until fewer than 4 bytes remain; an overrunning entry stops it."""
+    """yggdrasil 0.5.14's strict decoder: an entry running past the end, a
+    known field of any other size, or 1-3 bytes left over refuse the
+    handshake ("invalid handshake length", as Go says); 0.5.12 read on
+    regardless. Unknown kinds are skipped whatever their length."""
     fields = _Fields()
     while len(tlvs) >= _TLV_HEADER.size:
         kind, length = _TLV_HEADER.unpack_from(tlvs)
         tlvs = tlvs[_TLV_HEADER.size:]
         if len(tlvs) < length:
-            break
-        if kind == TLV_MAJOR:
-            (fields.major,) = _U16.unpack(_fixed(tlvs, 2))
-        elif kind == TLV_MINOR:
-            (fields.minor,) = _U16.unpack(_fixed(tlvs, 2))
+            raise MetaError(f"invalid handshake length: field {kind} of {length} bytes "
+                            f"runs past the end")
+        expected = _FIELD_SIZES.get(kind)
+        if expected is not None and length != expected:
+            raise MetaError(f"invalid handshake length: field {kind} is {length} bytes, "
+                            f"not {expected}")
+        value = bytes(tlvs[:length])
+        if kind in (TLV_MAJOR, TLV_MINOR):
+            (number,) = _U16.unpack(value)
+            if kind == TLV_MAJOR:
+                fields.major = number
+            else:
+                fields.minor = number
         elif kind == TLV_PUBLIC_KEY:
-            fields.key = _fixed(tlvs, KEY_SIZE)
+            fields.key = value
         elif kind == TLV_PRIORITY:
-            fields.priority = _fixed(tlvs, 1)[0]
+            fields.priority = value[0]
         tlvs = tlvs[length:]
+    if len(tlvs):
+        raise MetaError(f"invalid handshake length: {len(tlvs)} bytes left after the fields")
     return fields
 
 

@@ -31,6 +31,11 @@ class HandshakeRefused(Exception):
     """The peer completed the meta exchange but may not be linked to."""
 
 
+class LinkToSelf(HandshakeRefused):
+    """The peer's key is our own: a redial would reach ourselves again, so
+    the dialer stops (yggdrasil 0.5.13)."""
+
+
 @dataclass
 class LinkEvent:
     pass
@@ -56,6 +61,7 @@ class LinkClosed(LinkEvent):
 
     reason: str
     established: bool
+    to_self: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class LinkConnection:
             meta = decode_meta(bytes(buf[:needed]), self.policy.password)
             self._check_remote(meta)
         except (DecodeError, HandshakeRefused) as exc:
-            self._close(str(exc))
+            self._close(str(exc), to_self=isinstance(exc, LinkToSelf))
             return b""
         rest = bytes(buf[needed:])
         self._handshake_buf = bytearray()
@@ -154,12 +160,12 @@ class LinkConnection:
             raise HandshakeRefused(
                 f"TLS certificate key {cert_key.hex() if cert_key else '(not Ed25519)'} "
                 f"differs from the meta key {meta.key.hex()}")
+        if meta.key == policy.identity.public_key:
+            raise LinkToSelf("connection to our own key")
         if not policy.inbound and policy.pinned_keys and meta.key not in policy.pinned_keys:
             raise HandshakeRefused(f"key {meta.key.hex()} does not match the pinned key")
         if policy.inbound and policy.allowed_keys and meta.key not in policy.allowed_keys:
             raise HandshakeRefused(f"key {meta.key.hex()} is not in AllowedPublicKeys")
-        if meta.key == policy.identity.public_key:
-            raise HandshakeRefused("connection to our own key")
 
     def _receive_frames(self, data: bytes | memoryview, now: float) -> None:
         monitor = self._monitor
@@ -236,7 +242,7 @@ class LinkConnection:
         elif action is LivenessAction.SEND_KEEPALIVE:
             self.send_frame(KEEPALIVE_FRAME, now)
 
-    def _close(self, reason: str) -> None:
+    def _close(self, reason: str, *, to_self: bool = False) -> None:
         self.closed = True
         self._handshake_deadline = None
-        self._events.append(LinkClosed(reason, self.meta is not None))
+        self._events.append(LinkClosed(reason, self.meta is not None, to_self))

@@ -2,7 +2,7 @@
 
 Every Yggdrasil link type is parsed here: tcp, tls, quic, ws, wss, unix,
 socks and sockstls. The options (`key`, `password`, `priority`, `sni`,
-`maxbackoff`) mean the same for all of them; what differs is where the
+`maxbackoff`, and ws's `origin`) mean the same for all of them; what differs is where the
 address lives (a socket path for unix, a proxy plus a target for socks).
 """
 
@@ -21,8 +21,8 @@ LISTEN_REFUSALS = {
     "sockstls": "sockstls:// cannot listen: SOCKS listener not supported",
 }
 MAX_PASSWORD_BYTES = 64
-MIN_MAX_BACKOFF = 30.0
-KNOWN_OPTIONS = ("key", "password", "priority", "sni", "maxbackoff")
+MIN_MAX_BACKOFF = 5.0  # yggdrasil 0.5.13 (30 s before)
+KNOWN_OPTIONS = ("key", "password", "priority", "sni", "maxbackoff", "origin")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3,
                    "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
@@ -50,6 +50,9 @@ class PeerURI:
     sni: str = ""
     path: str = ""
     max_backoff: float | None = None
+    # A ws:// listener's `?origin=` (yggdrasil 0.5.14): browser origins it
+    # accepts besides its own host, as host patterns ("*": any).
+    origins: tuple[str, ...] = ()
     proxy_user: str = ""
     proxy_password: str = ""
 
@@ -94,6 +97,7 @@ class PeerURI:
             options.append("sni=" + quote(self.sni, safe=""))
         if self.max_backoff is not None:
             options.append(f"maxbackoff={self.max_backoff:g}s")
+        options += ["origin=" + quote(origin, safe="") for origin in self.origins]
         return "&".join(options)
 
     @property
@@ -169,7 +173,7 @@ def _parse_max_backoff(text: str) -> float | None:
         return None
     seconds = parse_duration(text)
     if seconds < MIN_MAX_BACKOFF:
-        raise URIError(f"bad maxbackoff {text!r}: at least 30s")
+        raise URIError(f"bad maxbackoff {text!r}: at least {MIN_MAX_BACKOFF:g}s")
     return seconds
 
 
@@ -245,6 +249,7 @@ def _parse_uri(text: str) -> PeerURI:
         sni=_single(query, "sni"),
         path=path,
         max_backoff=_parse_max_backoff(_single(query, "maxbackoff")),
+        origins=tuple(origin for origin in query.get("origin", []) if origin),
         proxy_user=unquote(parts.username or "") if scheme in ("socks", "sockstls") else "",
         proxy_password=unquote(parts.password or "") if scheme in ("socks", "sockstls") else "",
     )

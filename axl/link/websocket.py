@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import aiohttp
 import yarl
@@ -137,10 +139,24 @@ async def dial(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -
 
 # --- listening --------------------------------------------------------------------
 
-def _origin_ok(request: web.Request) -> bool:
-    """A browser's Origin, if any, must name the host it talks to."""
-    origin = request.headers.get("Origin")
-    return origin is None or yarl.URL(origin).host == yarl.URL(f"http://{request.host}").host
+def origin_allowed(origin: str, host: str, patterns: tuple[str, ...]) -> bool:
+    """Go's rule (coder/websocket, with yggdrasil 0.5.14's `?origin=`): no
+    Origin (not a browser), an Origin whose host:port is the request's
+    Host, or one matching a pattern, case-insensitively; a pattern with
+    "://" is matched against scheme://host:port. "*" allows any."""
+    if not origin or "*" in patterns:
+        return True
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    if parts.netloc.lower() == host.lower():
+        return True
+    for pattern in patterns:
+        target = f"{parts.scheme}://{parts.netloc}" if "://" in pattern else parts.netloc
+        if fnmatchcase(target.lower(), pattern.lower()):
+            return True
+    return False
 
 
 @dataclass
@@ -158,12 +174,13 @@ class WebSocketListener:
             await self._cleanup
 
 
-def _handler(factory: ProtocolFactory, settings: LinkSettings) -> Callable[[web.Request], Any]:
+def _handler(factory: ProtocolFactory, settings: LinkSettings,
+             origins: tuple[str, ...]) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path in HEALTH_PATHS:
             return web.Response(text="OK")
-        if not _origin_ok(request):
-            return web.Response(status=403, text="origin does not match host")
+        if not origin_allowed(request.headers.get("Origin", ""), request.host, origins):
+            return web.Response(status=403, text="origin does not match host nor ?origin=")
         ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=WS_MAX_MESSAGE, compress=False,
                                    timeout=CLOSE_TIMEOUT)
         await ws.prepare(request)
@@ -181,7 +198,7 @@ def _handler(factory: ProtocolFactory, settings: LinkSettings) -> Callable[[web.
 async def listen(uri: PeerURI, factory: ProtocolFactory, settings: LinkSettings) -> WebSocketListener:
     """Serve any path: WebSocket upgrades become links."""
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", _handler(factory, settings))
+    app.router.add_route("GET", "/{tail:.*}", _handler(factory, settings, uri.origins))
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, uri.host, uri.port)

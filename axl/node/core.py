@@ -30,8 +30,10 @@ from axl.datagrams import (
     IPV6_HEAD, DatagramLayer, DebugReplyReceived, DeliverIPv6, NodeInfoReceived, SendMessage, nodeinfo_reply_body,
 )
 from axl.datagrams.layer import CORE_MTU
+from axl.errors import PeerUnreachable
 from axl.gojson import read_json
 from axl.identity import NodeIdentity, address_for_key
+from axl.node.events import Acknowledged, ReplyReceived, SendFailed
 from axl.node.messages import MessageEvent, MessageLayer, MessageSettings
 from axl.packets import DeliverPacket, IPv6Device, Lookup, SendIPv6
 from axl.routing import PathFound, Router, SendFrame, SendTraffic
@@ -67,15 +69,18 @@ class NodeCore:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  rng: random.Random | None = None,
                  key_pairs: KeyPairFactory = random_key_pair,
-                 nodeinfo: bytes | None = None, ask_peer_names: bool = False) -> None:
+                 nodeinfo: bytes | None = None, ask_peer_names: bool = False,
+                 group_password: str = "") -> None:
         """`nodeinfo` is the encoded NodeInfo this node answers with
         (`nodeinfo_reply_body`); by default only the build fields. With
         `ask_peer_names`, each direct peer is asked its NodeInfo, and the
-        "name" in it (yggdrasil's convention) lands in `peer_names`."""
+        "name" in it (yggdrasil's convention) lands in `peer_names`.
+        `group_password` is yggdrasil's GroupPassword (SessionManager)."""
         self.identity = identity
         self.links: dict[int, bytes] = {}
         self.router = Router(identity, now=now, rng=rng, wall_clock=wall_clock)
-        self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock)
+        self.sessions = SessionManager(identity, key_pairs=key_pairs, wall_clock=wall_clock,
+                                       group_password=group_password)
         self.datagrams = DatagramLayer(
             identity, nodeinfo=nodeinfo if nodeinfo is not None else nodeinfo_reply_body({}, build_fields()),
             peer_keys=lambda: list(self.links.values()),
@@ -102,6 +107,8 @@ class NodeCore:
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
         self._replies: deque[ProtocolReply] = deque()
+        # handle -> destination key, of sends and requests not yet settled
+        self._destinations: dict[int, bytes] = {}
         self.peer_names: dict[bytes, str] = {}
         self._ask_names = ask_peer_names
         self._name_due: dict[bytes, float] = {}
@@ -151,6 +158,7 @@ class NodeCore:
         With `flush` false nothing leaves until `flush()` (or any other call):
         sends and answers of one event-loop turn then share their segments."""
         handle = self.messages.send(dest_key, payload, now)
+        self._destinations[handle] = dest_key
         if flush:
             self.apply([], now)
         return handle
@@ -159,7 +167,10 @@ class NodeCore:
         """Start a send whose body follows in parts (`write_body`, then
         `end_body` or `cancel_body`); None when it cannot start before the
         body is whole. Nothing leaves until `flush()` or any other call."""
-        return self.messages.open_body(dest_key, length, now)
+        handle = self.messages.open_body(dest_key, length, now)
+        if handle is not None:
+            self._destinations[handle] = dest_key
+        return handle
 
     def write_body(self, handle: int, part: bytes) -> bool:
         """True when the part made output ready: `flush()` then sends it."""
@@ -175,6 +186,7 @@ class NodeCore:
     def request(self, dest_key: bytes, payload: bytes, timeout: float, now: float) -> int:
         """Start a request; its outcome arrives as ReplyReceived or SendFailed."""
         handle = self.messages.request(dest_key, payload, timeout, now)
+        self._destinations[handle] = dest_key
         self.apply([], now)
         return handle
 
@@ -189,7 +201,24 @@ class NodeCore:
         self.apply([], now)
 
     def next_event(self) -> MessageEvent | None:
-        return self.messages.next_event()
+        event = self.messages.next_event()
+        if isinstance(event, (Acknowledged, ReplyReceived, SendFailed)):
+            dest_key = self._destinations.pop(event.handle, None)
+            if isinstance(event, SendFailed) and dest_key is not None:
+                return self._explained(event, dest_key)
+        return event
+
+    def _explained(self, event: SendFailed, dest_key: bytes) -> SendFailed:
+        """A failure to reach a node that answered our path lookup (signed
+        by its key, so it is there) but never our session handshake: the
+        one thing that silences a node so is a GroupPassword other than
+        ours, and saying so beats "offline or unknown"."""
+        if (isinstance(event.error, PeerUnreachable) and self.sessions.awaiting_answer(dest_key)
+                and dest_key in self.router.known_paths()):
+            return SendFailed(event.handle, PeerUnreachable(
+                f"{dest_key.hex()} answered the path lookup but not the session handshake: "
+                f"its GroupPassword differs from this node's (or only one of the two has one)"))
+        return event
 
     def budget_use(self) -> list[BudgetUse]:
         """The budgets the protocol layers keep (read at scrape time)."""

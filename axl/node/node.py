@@ -87,7 +87,8 @@ class Node:
         self.core = NodeCore(identity, message_settings or MessageSettings.from_config(config), now,
                              wall_clock=time.time,
                              max_connections=config.max_concurrent_conns,
-                             nodeinfo=config.nodeinfo_body(), ask_peer_names=True)
+                             nodeinfo=config.nodeinfo_body(), ask_peer_names=True,
+                             group_password=config.group_password)
         self.links: dict[int, Link] = {}
         self.link_manager = LinkManager(
             identity, self,
@@ -504,6 +505,9 @@ class Node:
         log.info("peer id %s (%s)", ident.peer_id, self.key_origin)
         log.info("address %s subnet %s/64", format_address(ident.address),
                  format_address(ident.subnet + bytes(8)))
+        if self.config.group_password:
+            log.info("GroupPassword set: sessions only with nodes that have the same one "
+                     "(peerings and forwarding are open to all)")
         self._started = True
         self._arm_timer()
         await self.link_manager.start(self.config.listen)

@@ -96,7 +96,7 @@ class _Link:
     rtt_ns: int = 0
 
     def cost(self) -> int:
-        """Link cost in whole milliseconds of latency, never 0 (it divides and multiplies)."""
+        """Link cost in whole milliseconds of latency, never 0 (it multiplies the distance left)."""
         return max(1, self.lag_ns // 1_000_000)
 
 
@@ -713,19 +713,21 @@ class Router:
         return best, self_dist
 
     def _best_hop(self, path: list[int]) -> tuple[_Link | None, int]:
-        """The peer link closest to `path` (None when no peer is closer than
-        we are), and our own distance to it."""
+        """The best link of a peer closer to `path` than we are (None when
+        there is none), and our own distance to it. Closer peers only, so
+        the hops never loop; among them the lowest link cost times the
+        distance left (yggdrasil 0.5.13, ironwood 7017dbc): a peer that is
+        the destination wins over any detour."""
         self_dist = self._dist(path, self.key)
         best: _Link | None = None
-        best_cpd = best_dist = 0
+        best_dist = 0
         for peer in self._peers.values():
             dist = self._dist(path, peer.key)
             if dist >= self_dist:
                 continue
             for link in peer.links.values():
-                cpd = link.cost() // (self_dist - dist)
-                if best is None or _better_hop(link, cpd, dist, best, best_cpd, best_dist):
-                    best, best_cpd, best_dist = link, cpd, dist
+                if best is None or _better_hop(link, dist, best, best_dist):
+                    best, best_dist = link, dist
         return best, self_dist
 
     def route_traffic(self, traffic: Traffic) -> None:
@@ -762,12 +764,16 @@ def _wins(new: Announce, old: Announce) -> bool:
     return new.nonce < old.nonce
 
 
-def _better_hop(link: _Link, cpd: int, dist: int, best: _Link, best_cpd: int, best_dist: int) -> bool:
-    """ironwood 743fe2f's candidate order: same-key priority, cost per distance, distance, age."""
+def _better_hop(link: _Link, dist: int, best: _Link, best_dist: int) -> bool:
+    """ironwood d50055b's candidate order: same-key priority, cost times
+    distance left, distance, cost, age."""
     if link.key == best.key and link.priority != best.priority:
         return link.priority < best.priority
-    if cpd != best_cpd:
-        return cpd < best_cpd
+    cost, best_cost = link.cost(), best.cost()
+    if cost * dist != best_cost * best_dist:
+        return cost * dist < best_cost * best_dist
     if dist != best_dist:
         return dist < best_dist
+    if cost != best_cost:
+        return cost < best_cost
     return link.order < best.order

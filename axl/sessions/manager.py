@@ -38,7 +38,7 @@ from axl.sessions.crypto import (
     random_key_pair, seal, shared_key,
 )
 from axl.sessions.handshake import (
-    TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, Handshake, open_handshake, seal_handshake,
+    TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, Handshake, group_secret, open_handshake, seal_handshake,
 )
 from axl.wire import KEY_SIZE, DecodeError, decode_uvarint, encode_uvarint
 
@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT = 60.0
 RATCHET_INTERVAL = 60.0
+# A handshake that fails to verify is noted in the log at most this often:
+# any node on a path can send them.
+UNVERIFIED_LOG_INTERVAL = 60.0
 TRAFFIC_OVERHEAD_MIN = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
 _U64 = 1 << 64
 
@@ -160,8 +163,13 @@ class SessionManager:
     def __init__(self, identity: NodeIdentity, *, key_pairs: KeyPairFactory = random_key_pair,
                  max_sessions: int = MAX_SESSIONS,
                  max_buffers: int = MAX_SESSION_BUFFERS,
-                 wall_clock: Callable[[], float] | None = None) -> None:
+                 wall_clock: Callable[[], float] | None = None,
+                 group_password: str = "") -> None:
+        """`group_password` is yggdrasil's GroupPassword: sessions form only
+        with nodes that have the same one ("" = the open network)."""
         self.identity = identity
+        self._group = group_secret(group_password)
+        self._unverified_noted: float | None = None
         self._wall_clock = wall_clock
         self._new_keys = key_pairs
         self._curve_private = curve_private_key(identity.seed, identity.public_key)
@@ -206,9 +214,9 @@ class SessionManager:
             return []
         kind = packet[0]
         if kind in (TYPE_INIT, TYPE_ACK):
-            fields = open_handshake(bytes(packet), source_key, self._curve_private)
+            fields = open_handshake(bytes(packet), source_key, self._curve_private, self._group)
             if fields is None:
-                self.dropped["bad_handshake"] += 1
+                self._unverified(source_key, now)
                 return []
             if kind == TYPE_INIT:
                 return self._handle_init(source_key, fields, now)
@@ -217,6 +225,23 @@ class SessionManager:
             return self._handle_traffic(source_key, packet, now)
         self.dropped["unknown_type"] += 1
         return []
+
+    def awaiting_answer(self, dest_key: bytes) -> bool:
+        """True when an Init to `dest_key` went out in the last minute and no
+        handshake from it has verified: what a node with another
+        GroupPassword leaves us with."""
+        return dest_key in self._buffers and dest_key not in self._sessions
+
+    def _unverified(self, source_key: bytes, now: float) -> None:
+        """Drop a handshake whose signature does not verify, as Go does
+        (silently to the sender), with a rate-limited note in the log."""
+        self.dropped["bad_handshake"] += 1
+        noted = self._unverified_noted
+        if noted is None or now - noted >= UNVERIFIED_LOG_INTERVAL:
+            self._unverified_noted = now
+            log.info("dropped a session handshake from %s that does not verify (%d so far): "
+                     "its GroupPassword differs from this node's", source_key.hex(),
+                     self.dropped["bad_handshake"])
 
     def tick(self, now: float) -> list[Action]:
         """Forget sessions and buffers whose 60 s timer has run out."""
@@ -259,7 +284,7 @@ class SessionManager:
     # --- handshakes -----------------------------------------------------
 
     def _send_handshake(self, kind: int, dest: bytes, fields: Handshake) -> list[Action]:
-        packet = seal_handshake(kind, fields, self.identity, dest, self._new_keys())
+        packet = seal_handshake(kind, fields, self.identity, dest, self._new_keys(), self._group)
         if packet is None:
             self.dropped["bad_remote_key"] += 1
             return []

@@ -202,6 +202,16 @@ async def overlay_peers(bridge: AsyncClient) -> list[str]:
     return [peer["public_key"] for peer in topology.get("peers", []) if peer.get("up")]
 
 
+def chat_company(router: GossipSub, topic: str) -> str:
+    """Who hears this chat, or why nobody does: a message travels only through
+    nodes that run a chat too, so chats on nodes that are not neighbours stay silent."""
+    listening = router.subscribers(topic)
+    if listening:
+        return f"{len(listening)} gossip peer(s) on {topic!r}: {', '.join(peer[:16] for peer in listening)}"
+    return (f"no gossip peer on {topic!r} yet (of {len(router.peers)}): messages go only to chats on this "
+            f"node's overlay neighbours; start a chat on one of them, or start another with --peer {router.peer_id}")
+
+
 async def chat(url: str, topic: str, extra_peers: list[str]) -> None:
     async with AsyncClient(url) as bridge:
         node = GossipNode(bridge, on_delivery=lambda d: print(
@@ -209,7 +219,8 @@ async def chat(url: str, topic: str, extra_peers: list[str]) -> None:
         await node.start(await overlay_peers(bridge) + extra_peers)
         node.subscribe(topic)
         await asyncio.sleep(JOIN_SECONDS)
-        print(f"{node.peer_id[:16]}… on topic {topic!r}; type lines to publish, Ctrl-D to quit", flush=True)
+        print(f"{node.peer_id} on topic {topic!r}; type lines to publish, Ctrl-D to quit", flush=True)
+        print(chat_company(node.gossip, topic), flush=True)
         loop = asyncio.get_running_loop()
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             if line.strip():

@@ -304,7 +304,8 @@ class GossipSub:
             self.backoff[(topic, peer)] = now + self.params.prune_backoff
         self.choked.pop(topic, None)
 
-    def _subscribers(self, topic: str) -> list[str]:
+    def subscribers(self, topic: str) -> list[str]:
+        """The peers that said they are on ``topic``: the only ones a message on it reaches."""
         return sorted(peer for peer in self.peers if topic in self.peer_topics.get(peer, ()))
 
     def _schedule_heartbeat(self, now: float) -> None:
@@ -329,8 +330,8 @@ class GossipSub:
 
     def _fanout_peers(self, topic: str, now: float) -> set[str]:
         fanout = self.fanout.setdefault(topic, set())
-        fanout &= set(self._subscribers(topic))
-        candidates = [peer for peer in self._subscribers(topic) if peer not in fanout]
+        fanout &= set(self.subscribers(topic))
+        candidates = [peer for peer in self.subscribers(topic) if peer not in fanout]
         self.rng.shuffle(candidates)
         fanout.update(candidates[: max(0, self.params.d - len(fanout))])
         self.fanout_last_publish[topic] = now
@@ -475,7 +476,7 @@ class GossipSub:
 
     def _maintain_mesh(self, topic: str, now: float) -> None:
         mesh = self.mesh.setdefault(topic, set())
-        subscribers = set(self._subscribers(topic))
+        subscribers = set(self.subscribers(topic))
         mesh &= subscribers
         self.choked[topic] = self.choked.get(topic, set()) & mesh
         if len(mesh) < self.params.d_low:
@@ -491,7 +492,7 @@ class GossipSub:
 
     def _fill_mesh(self, topic: str, now: float) -> None:
         mesh = self.mesh.setdefault(topic, set())
-        candidates = [peer for peer in self._subscribers(topic)
+        candidates = [peer for peer in self.subscribers(topic)
                       if peer not in mesh and self.backoff.get((topic, peer), 0.0) <= now]
         self.rng.shuffle(candidates)
         for peer in candidates[: max(0, self.params.d - len(mesh))]:
@@ -512,7 +513,7 @@ class GossipSub:
             if not ids:
                 continue
             excluded = self.mesh.get(topic, set()) | self.fanout.get(topic, set())
-            candidates = [peer for peer in self._subscribers(topic) if peer not in excluded]
+            candidates = [peer for peer in self.subscribers(topic) if peer not in excluded]
             self.rng.shuffle(candidates)
             for peer in candidates[: self.params.d_lazy]:
                 self._rpc(peer).ihave.setdefault(topic, []).extend(ids[-MAX_IDS_PER_IHAVE:])

@@ -8,9 +8,11 @@ the numerically lowest key, is part of the scenario."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -34,6 +36,17 @@ def go_bin_dir() -> Path | None:
     if all(os.access(folder / name, os.X_OK) for name in PROGRAMS):
         return folder
     return None
+
+
+@functools.cache
+def yggdrasil_version(bin_dir: Path) -> tuple[int, ...]:
+    """The version the Go router in `bin_dir` reports (`yggdrasil -version`),
+    e.g. (0, 5, 14): the tests compare against what that version does."""
+    result = subprocess.run([str(bin_dir / "yggdrasil"), "-version"], capture_output=True, text=True, timeout=15)
+    found = re.search(r"Build version: v?(\d+(?:\.\d+)*)", result.stdout)
+    if found is None:
+        raise RuntimeError(f"yggdrasil -version said nothing of its version: {result.stdout or result.stderr!r}")
+    return tuple(int(part) for part in found.group(1).split("."))
 
 
 def identity(rng: random.Random, root: bool = False) -> NodeIdentity:
@@ -99,7 +112,7 @@ class GoProcess:
 
 @dataclass
 class GoRouter(GoProcess):
-    """A yggdrasil-go 0.5.12 daemon: no TUN, no multicast, an admin socket."""
+    """A yggdrasil-go daemon (0.5.12 or newer): no TUN, no multicast, an admin socket."""
 
     bin_dir: Path = Path()
     listen: list[str] = field(default_factory=list)

@@ -1,5 +1,5 @@
 """The real yggdrasilctl against our node's admin socket and against a
-yggdrasil 0.5.12 router's, in one network: the same commands answer with
+yggdrasil router's (0.5.12 or 0.5.14, whichever AXL_GO_BIN_DIR holds), in one network: the same commands answer with
 the same fields, in the same order and of the same kinds, plain and
 -json; getNodeInfo and the remote debug commands work both ways; and
 addPeer/removePeer change our node's peerings at once.
@@ -15,10 +15,10 @@ import time
 import pytest
 
 from axl.harness import free_port
-from goprocs import listen_uris, yggdrasilctl
+from goprocs import listen_uris, yggdrasil_version, yggdrasilctl
 from nodes import wait_until
 
-# Each answer's fields in the order of yggdrasil-go 0.5.12's structs (src/admin/*.go).
+# Each answer's fields in the order of yggdrasil-go's structs (src/admin/*.go; 0.5.14's are 0.5.12's).
 FIELDS = {
     "getSelf": ["build_name", "build_version", "key", "address", "routing_entries", "subnet"],
     "getPeers": ["remote", "up", "inbound", "address", "key", "port", "priority", "cost", "bytes_recvd",
@@ -121,31 +121,62 @@ def test_both_see_the_same_network(nodes):
     assert {p["key"] for p in ctl["ours"]("getPaths")["paths"]} >= {go.peer_id}
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """yggdrasilctl's plain table as rows of cells: tab-separated up to
+    0.5.12, drawn with box borders (│ between cells, ─ rules) from 0.5.13."""
+    rows = []
+    for line in text.splitlines():
+        if "│" in line:
+            rows.append([cell.strip() for cell in line.strip().strip("│").split("│")])
+        elif line.strip() and not set(line.strip()) <= set("┌┬┐├┼┤└┴┘─"):
+            rows.append([cell.strip() for cell in line.split("\t")])
+    return rows
+
+
 @pytest.mark.parametrize("command", list(FIELDS))
 def test_plain_tables_have_the_go_routers_columns(nodes, command):
     ctl = nodes["ctl"]
-    go_lines, our_lines = (ctl[who](command, plain=True).splitlines() for who in ("go", "ours"))
+    go_rows, our_rows = (table_rows(ctl[who](command, plain=True)) for who in ("go", "ours"))
     if command == "getSelf":
-        assert [line.split(":")[0] for line in our_lines] == [line.split(":")[0] for line in go_lines]
+        assert [row[0].split(":")[0] for row in our_rows] == [row[0].split(":")[0] for row in go_rows]
         return
-    header = [column.strip() for column in go_lines[0].split("\t")]
-    assert [column.strip() for column in our_lines[0].split("\t")] == header
-    assert len(our_lines) == 1 + len(entries(ctl["ours"](command), command))
+    assert our_rows[0] == go_rows[0]
+    assert len(our_rows) == 1 + len(entries(ctl["ours"](command), command))
 
 
-def test_list_is_the_go_routers_list(nodes):
+def test_list_is_the_go_routers_list(network, nodes):
+    """Ours is 0.5.14's list; a 0.5.12 router's lacks getPeers' `sort` only."""
     ctl = nodes["ctl"]
-    assert ctl["ours"]("list") == ctl["go"]("list")
-    assert ctl["ours"]("list", plain=True) == ctl["go"]("list", plain=True)
+    if yggdrasil_version(network.bin_dir) >= (0, 5, 13):
+        assert ctl["ours"]("list") == ctl["go"]("list")
+        assert ctl["ours"]("list", plain=True) == ctl["go"]("list", plain=True)
+        return
+    expected = ctl["go"]("list")
+    for entry in expected["list"]:
+        if entry["command"] == "getpeers":
+            entry["fields"] = ["sort"]
+    assert ctl["ours"]("list") == expected
 
 
-def test_nodeinfo_both_ways(nodes):
+def test_get_peers_sorted_as_the_go_router_sorts(network, nodes):
+    """`sort=cost` and `sort=uptime` (0.5.13) order our peers as Go's rules do."""
+    if yggdrasil_version(network.bin_dir) < (0, 5, 13):
+        pytest.skip("getPeers takes `sort` from yggdrasil 0.5.13")
+    ctl = nodes["ctl"]
+    by_cost = ctl["ours"]("getPeers", "sort=cost")["peers"]
+    assert [(p["cost"], p["key"]) for p in by_cost] == sorted((p["cost"], p["key"]) for p in by_cost)
+    go_by_cost = ctl["go"]("getPeers", "sort=cost")["peers"]
+    assert [(p["cost"], p["key"]) for p in go_by_cost] == sorted((p["cost"], p["key"]) for p in go_by_cost)
+
+
+def test_nodeinfo_both_ways(network, nodes):
     ctl, go, ours, private = nodes["ctl"], nodes["go"], nodes["ours"], nodes["private"]
     from_go = ctl["go"]("getNodeInfo", f"key={ours.peer_id}")[ours.peer_id]
     assert from_go["name"] == "ours" and from_go["buildname"] == "axl-py"
     assert set(from_go) == {"name", "buildname", "buildversion", "buildplatform", "buildarch"}
     from_ours = ctl["ours"]("getNodeInfo", f"key={go.peer_id}")[go.peer_id]
-    assert from_ours == {"name": "go", "buildname": "yggdrasil", "buildversion": "0.5.12",
+    version = ".".join(map(str, yggdrasil_version(network.bin_dir)))
+    assert from_ours == {"name": "go", "buildname": "yggdrasil", "buildversion": version,
                          "buildplatform": from_go["buildplatform"], "buildarch": from_go["buildarch"]}
     assert ctl["go"]("getNodeInfo", f"key={private.peer_id}") == {private.peer_id: {"name": "private"}}
     assert ctl["private"]("getNodeInfo", f"key={go.peer_id}")[go.peer_id]["name"] == "go"
