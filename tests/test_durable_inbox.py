@@ -36,6 +36,16 @@ def test_a_receiver_killed_three_times_in_a_flood_of_10000_loses_and_repeats_not
     assert (report.lost, report.duplicated, report.out_of_order, report.forged_sender) == (0, 0, 0, 0)
 
 
+def test_the_same_holds_for_messages_in_payload_files_with_inbox_sync_full(tmp_path: Path) -> None:
+    """Messages kept in files of their own (make crash runs 16 MiB ones),
+    the receiver killed at random moments and while a file is half written."""
+    report = run_crash(tmp_path, messages=120, senders=3, kills=2, size=16 * APART_BYTES, sync="full")
+    print(report.text())
+    assert report.kills == 2
+    assert report.acknowledged == 120 and report.distinct_read == 120
+    assert (report.lost, report.duplicated, report.out_of_order, report.forged_sender) == (0, 0, 0, 0)
+
+
 def test_the_same_holds_on_one_connection_per_message(tmp_path: Path) -> None:
     """Senders with message_streams false send as Go nodes do: the FIN that
     acknowledges each message leaves the receiver only once it is committed."""

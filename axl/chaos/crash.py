@@ -43,7 +43,7 @@ RUN_TIMEOUT = 600.0
 # Each kill comes this long at most after its share of acknowledgements, at random.
 KILL_JITTER = 0.5
 # How long a kill waits for a payload file being written, at most.
-MID_PAYLOAD_WAIT = 5.0
+MID_PAYLOAD_WAIT = 2.0
 
 
 @dataclass
