@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -353,6 +354,7 @@ class Testnet:
             tails = ("-wal", "-shm", ".lock")
             for leftover in (inbox_path, *(inbox_path.with_name(inbox_path.name + tail) for tail in tails)):
                 leftover.unlink(missing_ok=True)
+            shutil.rmtree(inbox_path.with_name(inbox_path.name + ".payloads"), ignore_errors=True)
             config = {
                 "PrivateKeyPath": str(key_path.resolve()),
                 "inbox_path": str(inbox_path.resolve()),

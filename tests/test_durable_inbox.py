@@ -24,6 +24,7 @@ import pytest
 
 from axl.chaos.crash import run_crash
 from axl.harness import free_port, spawn_node
+from axl.node.store import APART_BYTES, WAL_CAP_PAGES
 from nodes import STARTED, Cluster, NodeProcess, drain, up_peers, wait_until
 
 
@@ -32,6 +33,16 @@ def test_a_receiver_killed_three_times_in_a_flood_of_10000_loses_and_repeats_not
     print(report.text())
     assert report.kills == 3
     assert report.acknowledged == 10_000 and report.distinct_read == 10_000
+    assert (report.lost, report.duplicated, report.out_of_order, report.forged_sender) == (0, 0, 0, 0)
+
+
+def test_the_same_holds_for_messages_in_payload_files_with_inbox_sync_full(tmp_path: Path) -> None:
+    """Messages kept in files of their own (make crash runs 16 MiB ones),
+    the receiver killed at random moments and while a file is half written."""
+    report = run_crash(tmp_path, messages=120, senders=3, kills=2, size=16 * APART_BYTES, sync="full")
+    print(report.text())
+    assert report.kills == 2
+    assert report.acknowledged == 120 and report.distinct_read == 120
     assert (report.lost, report.duplicated, report.out_of_order, report.forged_sender) == (0, 0, 0, 0)
 
 
@@ -297,16 +308,14 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         reader = sqlite3.connect(cluster.inbox_path("a"), isolation_level=None)
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM messages").fetchone()
-        big = 15 << 20  # five of them: past the WAL's cap of 16,000 pages
-        for number in range(5):
-            assert node.send(node.peer_id, bytes([number]) * big)[0] == 200
-        statuses = []
-        for _ in range(20):
-            statuses.append(node.send(node.peer_id, b"small", timeout=20)[0])
+        # Payloads kept in the database (below APART_BYTES), until the WAL is past its cap of 16,000 pages.
+        size, statuses = APART_BYTES * 3 // 4, []
+        for number in range(WAL_CAP_PAGES * 4096 // size + 40):
+            statuses.append(node.send(node.peer_id, number.to_bytes(2, "big") * (size // 2), timeout=20)[0])
             if statuses[-1] == 503:
                 break
-            time.sleep(0.2)
-        assert statuses[-1] == 503, statuses
+        assert statuses[-1] == 503, statuses[-3:]
+        accepted = statuses.count(200)
         idle_from = cpu_seconds(node.process.pid)
         time.sleep(4)
         assert cpu_seconds(node.process.pid) - idle_from < 1.0  # no checkpoints back to back
@@ -315,7 +324,8 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         reader.close()
         wait_until(lambda: node.send(node.peer_id, b"after")[0] == 200, 20, what="messages taken again")
         got = drain(node)
-        assert [len(payload) for payload in got[:5]] == [big] * 5 and got[-1] == b"after"
+        assert [payload[:2] for payload in got[:-1]] == [n.to_bytes(2, "big") for n in range(accepted)]
+        assert got[-1] == b"after"
         assert "was emptied: new messages are taken again" in node.log_path.read_text()
     finally:
         cluster.stop_all()

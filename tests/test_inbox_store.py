@@ -5,6 +5,7 @@ files it refuses to start with (changing nothing in them)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -16,7 +17,8 @@ from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
                                 StreamSender)
-from axl.node.store import CHECKPOINT_PAGES, CommittedSession, InboxStore, NotThisNodesInbox, StoreError
+from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, CommittedSession, InboxStore, NotThisNodesInbox,
+                            StoreError)
 from fuzzing import peak_allocation
 
 OWNER = b"\x0a" * 32
@@ -144,17 +146,26 @@ async def test_the_wal_is_checkpointed_off_the_loop_as_it_grows(tmp_path: Path) 
     inbox.close()
 
 
+def offer_a_checkpoints_worth(inbox: Inbox, outcomes: Outcomes) -> int:
+    """CHECKPOINT_PAGES of WAL in one commit, in payloads kept in the
+    database (below APART_BYTES); returns how many messages."""
+    count = CHECKPOINT_PAGES * 4096 // (APART_BYTES // 2) + 1
+    for _ in range(count):
+        outcomes.offer(inbox, bytes(APART_BYTES // 2))
+    return count
+
+
 async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
     inbox = Inbox(10_000, 1 << 30, open_store(tmp_path / "inbox.sqlite3"))
     outcomes = Outcomes()
-    outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))  # its commit starts a checkpoint
-    while not outcomes.settled:
+    count = offer_a_checkpoints_worth(inbox, outcomes)  # their commit starts a checkpoint
+    while len(outcomes.settled) < count:
         await asyncio.sleep(0)
     assert inbox.journal._checkpoint is not None
     outcomes.offer(inbox, b"meanwhile")
-    while len(outcomes.settled) < 2:
+    while len(outcomes.settled) < count + 1:
         await asyncio.sleep(0)
-    assert outcomes.settled[1] == (b"meanwhile", True)
+    assert outcomes.settled[count] == (b"meanwhile", True)
     assert inbox.journal._checkpoint is not None  # still copying the first
     await settle(inbox)
     inbox.close()
@@ -167,7 +178,7 @@ async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: 
     path = tmp_path / "inbox.sqlite3"
     inbox = Inbox(10_000, 1 << 30, open_store(path))
     outcomes = Outcomes()
-    outcomes.offer(inbox, bytes(CHECKPOINT_PAGES * 4096))
+    count = offer_a_checkpoints_worth(inbox, outcomes)
     # the checkpoint that found the WAL long, then the one that empties it
     while not (inbox.journal.state is JournalState.EMPTYING and inbox.journal._checkpoint is not None):
         await asyncio.sleep(0.001)
@@ -175,7 +186,7 @@ async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: 
     await asyncio.sleep(0)
     assert len(inbox.journal._staged) == 1  # its commit waits for the checkpoint
     await settle(inbox)
-    assert outcomes.settled[1] == (b"waits", True)
+    assert outcomes.settled[count] == (b"waits", True)
     assert path.with_name(path.name + "-wal").stat().st_size < 64 << 10
     inbox.close()
 
@@ -278,6 +289,129 @@ def test_session_records_are_bounded(tmp_path: Path) -> None:
     asyncio.run(fill())
     kept = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3")).session_records()
     assert [session_id for _, session_id, _ in kept] == [3, 4, 5]
+
+
+# -- payloads kept apart -------------------------------------------------------
+
+BIG = APART_BYTES * 4
+
+
+def payload_files(path: Path) -> list[str]:
+    folder = path.with_name(path.name + ".payloads")
+    return sorted(entry.name for entry in folder.iterdir()) if folder.exists() else []
+
+
+async def test_a_big_payload_is_written_to_its_own_file_off_the_loop(tmp_path: Path) -> None:
+    """Not copied through SQLite's pages, WAL and checkpoint on the event
+    loop: written once to a file, on the store's thread, before its row is
+    committed; back after a reopen; removed once delivered."""
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    outcomes = Outcomes()
+    big = bytes(range(256)) * (BIG // 256)
+    outcomes.offer(inbox, big)
+    outcomes.offer(inbox, b"small")
+    await asyncio.sleep(0)
+    assert inbox.journal._commit_under_way is not None  # on the store's thread
+    await settle(inbox)
+    assert outcomes.settled == [(big, True), (b"small", True)]
+    [name] = payload_files(path)
+    assert path.with_name(path.name + "-wal").stat().st_size < APART_BYTES
+    inbox.close()
+
+    again = Inbox(100, 1 << 30, open_store(path))
+    first, second = again.get_nowait(), again.get_nowait()
+    assert (str(first.id), first.payload, second.payload) == (name, big, b"small")
+    again.delivered([first, second])
+    await settle(again)
+    assert payload_files(path) == []
+    again.close()
+    assert len(Inbox(100, 1 << 30, open_store(path))) == 0
+
+
+async def test_a_payload_file_that_cannot_be_written_refuses_its_message(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    blocker = path.with_name(path.name + ".payloads")
+    blocker.write_bytes(b"")  # where the folder should be
+    outcomes = Outcomes()
+    outcomes.offer(inbox, bytes(BIG))
+    await settle(inbox)
+    assert outcomes.settled == [(bytes(BIG), False)] and inbox.held == 0
+    assert inbox.journal.state is JournalState.FAILING
+    blocker.unlink()
+    outcomes.offer(inbox, b"x" * BIG)
+    await settle(inbox)
+    assert outcomes.settled[-1] == (b"x" * BIG, True)
+    assert inbox.get_nowait().payload == b"x" * BIG
+    inbox.close()
+
+
+async def test_start_up_removes_files_without_rows_and_drops_rows_without_their_file(tmp_path: Path, caplog) -> None:
+    """What a crash leaves: a file whose row was never committed, or whose
+    deletion was; after a power cut with "normal", a row whose file is short."""
+    caplog.set_level(logging.INFO, "axl.inbox")
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    for fill in (b"a", b"b", b"c"):
+        Outcomes().offer(inbox, fill * BIG)
+        await settle(inbox)
+    inbox.close()
+    folder = path.with_name(path.name + ".payloads")
+    first, second, third = payload_files(path)
+    (folder / second).write_bytes(b"b" * (BIG // 2))  # not all of it reached the disk
+    (folder / "99").write_bytes(b"never committed")
+    (folder / "notes.txt").write_bytes(b"not the node's")
+
+    again = Inbox(100, 1 << 30, open_store(path))
+    assert [again.get_nowait().payload[:1] for _ in range(len(again))] == [b"a", b"c"]
+    assert payload_files(path) == sorted([first, third, "notes.txt"])
+    assert f"{second} holds {BIG // 2} of the message's {BIG} bytes" in caplog.text
+    assert "removed 2 payload files" in caplog.text  # the one never committed, the short one
+    again.close()
+    assert len(Inbox(100, 1 << 30, open_store(path))) == 2
+
+
+V1_SCHEMA = (
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL)",
+    "CREATE TABLE sessions (key BLOB PRIMARY KEY, record BLOB NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID",
+)
+
+
+async def test_an_inbox_of_schema_1_opens_with_its_messages_and_is_upgraded(tmp_path: Path) -> None:
+    """A file written by the node before payloads were kept apart: its
+    messages (big ones too, in their rows) and sessions are kept."""
+    path = tmp_path / "inbox.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        for statement in V1_SCHEMA:
+            db.execute(statement)
+        db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
+                       [("schema", 1), ("node", OWNER.hex()), ("last_id", 7), ("starts", 3)])
+        db.executemany("INSERT INTO messages (id, sender, payload) VALUES (?, ?, ?)",
+                       [(6, SENDER, b"old"), (7, SENDER, b"B" * BIG)])
+        session = (7).to_bytes(8, "big") + (1 << 255 | 1).to_bytes(32, "big")
+        db.execute("INSERT INTO sessions (key, record, used) VALUES (?, ?, ?)",
+                   (SENDER + (5).to_bytes(8, "big"), session, 1))
+    db.close()
+
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    [(peer, session_id, record)] = inbox.session_records()
+    assert (peer, session_id, record.taken_upto) == (SENDER, 5, 7)
+    old = [inbox.get_nowait() for _ in range(2)]
+    assert [(m.id, m.payload) for m in old] == [(6, b"old"), (7, b"B" * BIG)]
+    Outcomes().offer(inbox, b"N" * BIG)
+    inbox.delivered(old)
+    await settle(inbox)
+    inbox.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == (2,)
+    db.close()
+    again = Inbox(100, 1 << 30, open_store(path))
+    [new] = [again.get_nowait() for _ in range(len(again))]
+    assert (new.id, new.payload) == (8, b"N" * BIG)
+    again.close()
 
 
 # -- files it will not start with ---------------------------------------------

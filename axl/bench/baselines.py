@@ -6,16 +6,22 @@ ratio compares the node with what that loop and this machine can do at all:
     python -m axl.bench.baselines tls-sink          # prints its port, reads one stream
     python -m axl.bench.baselines tls-source PORT N # sends N bytes, prints seconds
     python -m axl.bench.baselines noop-http         # prints its port, serves POST /, /send, GET /recv
+
+and one that is another client of a node, apart from the bench's own loop:
+
+    python -m axl.bench.baselines probe URL SECONDS  # GETs URL that often, prints each answer's ms
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import struct
 import sys
 import time
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -107,6 +113,20 @@ async def noop_http() -> None:
     await asyncio.Event().wait()
 
 
+def probe(url: str, interval: float) -> None:
+    """GET `url` every `interval` seconds on one connection, until killed,
+    announcing each answer's time in ms: how long the node keeps a client waiting."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    announce("probing")
+    while True:
+        start = time.perf_counter()
+        connection.request("GET", parts.path)
+        connection.getresponse().read()
+        announce((time.perf_counter() - start) * 1000)
+        time.sleep(interval)
+
+
 def run(coro) -> None:
     """Run on the loop AXL_EVENT_LOOP names, exactly as axl-node chooses it."""
     if os.environ.get("AXL_EVENT_LOOP", "").lower() != "asyncio":
@@ -124,6 +144,8 @@ def main(argv: list[str]) -> int:
             run(tls_source(int(port), int(total)))
         case ["noop-http"]:
             run(noop_http())
+        case ["probe", url, interval]:
+            probe(url, float(interval))
         case _:
             print(__doc__, file=sys.stderr)
             return 2

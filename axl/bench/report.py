@@ -40,6 +40,10 @@ INBOX_MODE_LABELS = {"off": 'inbox in memory (inbox_path "")', "full": 'inbox_sy
 
 def _inbox_mode_rows(mode: str, how: str) -> list[Row]:
     rows = [
+        Row(f"bulk1_mbps_inbox_{mode}", f"bulk 1 hop, {how}, MB/s", "{:.1f}"),
+        Row(f"bulk1_probe_p99_ms_inbox_{mode}", "  meanwhile another client's GET to the receiver, p99 ms",
+            "{:.1f}", "<= 15"),
+        Row(f"bulk1_probe_max_ms_inbox_{mode}", "    the longest, ms", "{:.1f}"),
         Row(f"small_msgs_per_s_inbox_{mode}", f"1 KiB /send x 8 senders, {how}, acknowledged/s", "{:.0f}"),
         Row(f"small_ratio_noop_inbox_{mode}", "  ratio to no-op rate", "{:.3f}"),
         Row(f"small_lost_inbox_{mode}", "  lost (acknowledged, never received)", "{:.0f}", "0"),
@@ -58,6 +62,9 @@ ROWS: list[Row] = [
     Row("raw_tls_mbps", "raw TLS stream, MB/s", "{:.1f}"),
     Row("bulk1_mbps", "bulk 1 hop (/send+/recv), MB/s", "{:.1f}"),
     Row("bulk1_ratio_tls", "  ratio to raw TLS", "{:.3f}", ">= 0.3"),
+    Row("bulk1_ratio_inbox_off", "  ratio to the same with the inbox in memory", "{:.3f}", ">= 0.9"),
+    Row("bulk1_probe_p99_ms", "  as it lands, another client's GET to the receiver, p99 ms", "{:.1f}", "<= 15"),
+    Row("bulk1_probe_max_ms", "    the longest, ms", "{:.1f}"),
     Row("bulk3_mbps", "bulk over 3 relays, MB/s", "{:.1f}"),
     Row("bulk3_ratio_1hop", "  ratio to 1 hop", "{:.3f}", ">= 0.8"),
     Row("bulk3_ratio_tls", "  ratio to raw TLS", "{:.3f}"),
@@ -79,6 +86,7 @@ ROWS: list[Row] = [
     Row("small_cpu_client_ms", "  CPU per message: the bench's client, ms", "{:.3f}"),
     Row("ws_msgs_per_s", "1 KiB over one /ws socket (durable inbox), acknowledged (200)/s", "{:.0f}", ">= 10000"),
     Row("ws_ratio_noop", "  ratio to no-op rate", "{:.3f}", ">= 1"),
+    Row("ws_ratio_inbox_off", "  ratio to the same with the inbox in memory", "{:.3f}", ">= 0.9"),
     Row("ws_lost", "  lost (acknowledged, never received)", "{:.0f}", "0"),
     Row("ws_cpu_sender_ms", "  CPU per message: sending node, ms", "{:.3f}"),
     Row("ws_cpu_receiver_ms", "  CPU per message: receiving node, ms", "{:.3f}"),

@@ -31,6 +31,10 @@ _SMALL_HEADER = struct.Struct("!I")
 SEND_HEADER = "X-Destination-Peer-Id"
 RECV_WAIT = 1.0
 DRAIN_SECONDS = 10.0
+# How often the bench's other client asks a receiver something while bulk
+# lands, for the bulk phase done this many times (a p99 of 100 answers or more).
+PROBE_INTERVAL = 0.01
+LANDING_ROUNDS = 3
 WARMUP_TIMEOUT = 60.0
 PHASE_DEADLINE = 300.0
 """No phase of the bench takes longer on a working node: past it, a message is
@@ -193,6 +197,31 @@ class LoopBench:
         worst = max(growth, key=growth.get)
         self.figures["relay_peak_rss_mb"] = sampler.peaks[worst] / MB
         self.figures["relay_growth_mib"] = growth[worst] / MIB
+        await self._bulk_landing()
+
+    async def _bulk_landing(self, suffix: str = "") -> None:
+        """Bulk n0 -> n1 again, LANDING_ROUNDS times, while another client (a
+        process of its own) GETs n1's /health every PROBE_INTERVAL: how long
+        n1's event loop keeps others waiting while big messages land in its
+        inbox (answer times, p99 and the longest)."""
+        dest = self.nodes[1]
+        prober, _ = await self._child("probe", dest.url + "/health", str(PROBE_INTERVAL))
+        latencies: list[float] = []
+
+        async def collect() -> None:
+            while line := await prober.stdout.readline():
+                latencies.append(json.loads(line))
+
+        collecting = asyncio.create_task(collect())
+        try:
+            for _ in range(LANDING_ROUNDS):
+                await self._bulk_between(self.nodes[0], dest)
+        finally:
+            prober.terminate()
+            await prober.wait()
+            await collecting
+        self.figures["bulk1_probe_p99_ms" + suffix] = percentile(latencies, 0.99)
+        self.figures["bulk1_probe_max_ms" + suffix] = max(latencies, default=math.nan)
 
     async def _bulk_between(self, source: BenchNode, dest: BenchNode) -> float:
         """MB/s of `bulk_count` messages sent one after another, as received."""
@@ -230,6 +259,8 @@ class LoopBench:
         while await self._post(self.nodes[0], receiver.peer_id, b"warm-up") != 200:
             await asyncio.sleep(0.2)
         await self._recv(receiver, RECV_WAIT)
+        self.figures[f"bulk1_mbps_inbox_{mode}"] = await self._bulk_between(self.nodes[0], receiver)
+        await self._bulk_landing(f"_inbox_{mode}")
         await self._small_messages(f"_inbox_{mode}")
         await self._ws_messages(f"_inbox_{mode}")
 
@@ -461,6 +492,9 @@ class LoopBench:
         fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
         for mode in INBOX_MODES:
             fig[f"small_ratio_noop_inbox_{mode}"] = fig[f"small_msgs_per_s_inbox_{mode}"] / fig["noop_req_per_s"]
+        # the durable inbox's price: its rates over those of the inbox in memory
+        fig["bulk1_ratio_inbox_off"] = fig["bulk1_mbps"] / fig["bulk1_mbps_inbox_off"]
+        fig["ws_ratio_inbox_off"] = fig["ws_msgs_per_s"] / fig["ws_msgs_per_s_inbox_off"]
 
     # -- HTTP helpers --------------------------------------------------------
 

@@ -21,6 +21,21 @@ def _work_dir(given: str | None) -> Path:
     return Path(given) if given else Path(tempfile.mkdtemp(prefix="axl-chaos-"))
 
 
+_UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "": 1}
+
+
+def _byte_size(text: str) -> int:
+    """A size in bytes: 1024, 1KiB, 16MiB."""
+    for unit, factor in _UNITS.items():
+        number = text.removesuffix(unit)
+        if number != text or not unit:
+            try:
+                return int(number) * factor
+            except ValueError:
+                break
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 1024, 64KiB or 16MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m axl.chaos", description=axl.chaos.__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -34,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     crash.add_argument("--no-streams", action="store_true",
                        help="message_streams false: one connection per message, as Go nodes send")
     crash.add_argument("--seed", type=int, default=1)
+    crash.add_argument("--size", type=_byte_size, default=None,
+                       help="every message of this size, e.g. 16MiB [up to 1 KiB each]")
+    crash.add_argument("--sync", choices=("normal", "full"), default="normal", help="the receiver's inbox_sync")
     soak = sub.add_parser("soak", help="steady traffic on 5 nodes; RSS and fds each interval")
     soak.add_argument("--duration", type=float, default=600.0)
     soak.add_argument("--interval", type=float, default=60.0)
@@ -55,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report.text())
         return 0 if report.ok() else 1
     if args.command == "crash":
-        report = run_crash(base, args.messages, args.senders, args.kills, not args.no_streams, args.seed)
+        report = run_crash(base, args.messages, args.senders, args.kills, not args.no_streams, args.seed,
+                           size=args.size, sync=args.sync)
         print(report.text())
         return 0 if report.ok() else 1
     if args.command == "soak":

@@ -6,8 +6,12 @@ A star of nodes: the receiver in the middle, each sender peered with it.
 Every sender posts its messages one after another and posts a message again
 (as a new attempt, with its own number) until `/send` answers 200. A reader
 takes messages with `/recv` all along. Each time the senders together have
-a further share of the messages acknowledged, the receiver is killed and
-started again at once, with the same key and inbox.
+a further share of the messages acknowledged, and then a random moment
+more (up to KILL_JITTER), the receiver is killed and started again at once,
+with the same key and inbox. Messages are up to 1 KiB, or all of `size`
+bytes; with messages large enough to be kept in files of their own, every
+other kill (at random) waits instead for one such file half written. The
+receiver's `inbox_sync` is "normal" or "full".
 
 Afterwards, per sender: every acknowledged attempt must have been read
 (none lost), no attempt twice under two inbox ids (none duplicated), and
@@ -20,6 +24,7 @@ keeps the first.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from axl.chaos.mesh import http
+from axl.node.store import APART_BYTES
 from axl.testnet import Testnet, TestnetNode
 
 # Short timeouts: an attempt that fails is reported soon and posted again.
@@ -34,6 +40,10 @@ CRASH_NODE_CONFIG = {"send_timeout_secs": 10, "lookup_timeout_secs": 5, "max_inb
 RECEIVER = 0
 RECV_WAIT = 1.0
 RUN_TIMEOUT = 600.0
+# Each kill comes this long at most after its share of acknowledgements, at random.
+KILL_JITTER = 0.5
+# How long a kill waits for a payload file being written, at most.
+MID_PAYLOAD_WAIT = 2.0
 
 
 @dataclass
@@ -56,9 +66,12 @@ class Sender:
 @dataclass
 class CrashReport:
     path: str
+    size: int | None
+    sync: str
     messages: int
     senders: int
     kills: int
+    kills_mid_payload: int
     attempts: int
     acknowledged: int
     distinct_read: int
@@ -77,8 +90,10 @@ class CrashReport:
 
     def text(self) -> str:
         return "\n".join([
-            f"{self.path} path: {self.messages} messages from {self.senders} senders, receiver "
-            f"SIGKILLed {self.kills} times, {self.seconds:.1f}s",
+            f"{self.path} path, {_size_text(self.size)} messages, inbox_sync {self.sync}: {self.messages} "
+            f"messages from {self.senders} senders, receiver SIGKILLed {self.kills} times"
+            + (f" ({self.kills_mid_payload} while writing a payload file)" if (self.size or 0) >= APART_BYTES else "")
+            + f", {self.seconds:.1f}s",
             f"attempts {self.attempts}, acknowledged {self.acknowledged}, distinct messages read "
             f"{self.distinct_read}, lost {self.lost}, duplicated {self.duplicated}, out of order "
             f"{self.out_of_order}, forged sender {self.forged_sender}",
@@ -88,14 +103,21 @@ class CrashReport:
         ])
 
 
-def _send_all(sender: Sender, dest: str, seed: int, timeout: float) -> None:
+def _size_text(size: int | None) -> str:
+    if size is None:
+        return "up to 1 KiB"
+    return f"{size >> 20} MiB" if size >= 1 << 20 and size % (1 << 20) == 0 else f"{size} byte"
+
+
+def _send_all(sender: Sender, dest: str, seed: int, timeout: float, size: int | None) -> None:
     rng = random.Random(seed)
     attempt = 0
     for number in range(sender.count):
         while True:
             attempt += 1
             sender.message_of[attempt] = number
-            payload = f"{sender.name}:{attempt}:{number}:".encode() + rng.randbytes(rng.randrange(16, 1024))
+            head = f"{sender.name}:{attempt}:{number}:".encode()
+            payload = head + rng.randbytes(rng.randrange(16, 1024) if size is None else max(0, size - len(head)))
             status, _, _ = http("POST", sender.node.bridge_url + "/send", payload,
                                 {"X-Destination-Peer-Id": dest}, timeout=timeout)
             sender.statuses[attempt] = status
@@ -143,9 +165,11 @@ class _Reader:
 
 
 def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: int = 3,
-              message_streams: bool = True, seed: int = 1, log_level: str = "info") -> CrashReport:
-    """`messages` in all from `senders` nodes to one receiver, killed `kills` times."""
-    config = {**CRASH_NODE_CONFIG, "message_streams": message_streams}
+              message_streams: bool = True, seed: int = 1, log_level: str = "info",
+              size: int | None = None, sync: str = "normal") -> CrashReport:
+    """`messages` in all from `senders` nodes to one receiver, killed `kills`
+    times; each message up to 1 KiB, or of `size` bytes."""
+    config = {**CRASH_NODE_CONFIG, "message_streams": message_streams, "inbox_sync": sync}
     net = Testnet(senders + 1, "star", base_dir, log_level=log_level, extra_config=config)
     try:
         net.start()
@@ -155,7 +179,7 @@ def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: i
         flows = [Sender(f"s{i}", net.nodes[i], share + (1 if i <= extra else 0)) for i in range(1, senders + 1)]
         by_name = {flow.name: flow for flow in flows}
         timeout = config["send_timeout_secs"] + config["lookup_timeout_secs"] + 10
-        threads = [threading.Thread(target=_send_all, args=(flow, receiver.peer_id, seed * 100 + i, timeout))
+        threads = [threading.Thread(target=_send_all, args=(flow, receiver.peer_id, seed * 100 + i, timeout, size))
                    for i, flow in enumerate(flows)]
         reader = _Reader(receiver, by_name)
         stop_reading = threading.Event()
@@ -163,36 +187,63 @@ def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: i
         start = time.monotonic()
         for thread in [*threads, reading]:
             thread.start()
-        killed = _kill_along(net, flows, messages, kills, start)
+        payloads = None if size is None or size < APART_BYTES else _payloads_folder(receiver)
+        killed, mid_payload = _kill_along(net, flows, messages, kills, start, random.Random(seed), payloads, size)
         for thread in threads:
             thread.join(max(1.0, RUN_TIMEOUT - (time.monotonic() - start)))
         stop_reading.set()
         reading.join()
         seconds = time.monotonic() - start
         reader.drain()
-        return _report("stream" if message_streams else "one connection per message",
-                       messages, flows, killed, reader, seconds)
+        return _report("stream" if message_streams else "one connection per message", size, sync,
+                       messages, flows, killed, mid_payload, reader, seconds)
     finally:
         net.stop()
 
 
-def _kill_along(net: Testnet, flows: list[Sender], messages: int, kills: int, start: float) -> int:
+def _payloads_folder(node: TestnetNode) -> Path:
+    inbox = json.loads(node.config_path.read_text())["inbox_path"]
+    return Path(inbox + ".payloads")
+
+
+def _kill_along(net: Testnet, flows: list[Sender], messages: int, kills: int, start: float,
+                rng: random.Random, payloads: Path | None, size: int | None) -> tuple[int, int]:
     """SIGKILL the receiver each time another 1/(kills+1) of the messages is
-    acknowledged, starting it again at once; returns how many kills happened."""
-    killed = 0
+    acknowledged, and a random moment more or (with `payloads`, every other
+    kill at random) once a payload file is half written, starting it again
+    at once; returns how many kills happened, and how many mid-payload."""
+    killed = mid_payload = 0
     while killed < kills and time.monotonic() - start < RUN_TIMEOUT:
         if all(flow.done for flow in flows):
             break
         if sum(len(flow.acknowledged) for flow in flows) >= messages * (killed + 1) / (kills + 1):
+            if payloads is not None and size is not None and rng.random() < 0.5:
+                mid_payload += _await_payload_being_written(payloads, size)
+            else:
+                time.sleep(rng.uniform(0, KILL_JITTER))
             net.kill(RECEIVER, hard=True)
             net.start_node(RECEIVER)
             killed += 1
         time.sleep(0.02)
-    return killed
+    return killed, mid_payload
 
 
-def _report(path: str, messages: int, flows: list[Sender], kills: int, reader: _Reader,
-            seconds: float) -> CrashReport:
+def _await_payload_being_written(folder: Path, size: int) -> bool:
+    """Until a file in `folder` holds part of a payload of `size` bytes
+    (False if none did within MID_PAYLOAD_WAIT)."""
+    deadline = time.monotonic() + MID_PAYLOAD_WAIT
+    while time.monotonic() < deadline:
+        try:
+            if any(0 < entry.stat().st_size < size for entry in os.scandir(folder)):
+                return True
+        except OSError:  # no folder yet, or the file went meanwhile
+            pass
+        time.sleep(0.001)
+    return False
+
+
+def _report(path: str, size: int | None, sync: str, messages: int, flows: list[Sender], kills: int,
+            kills_mid_payload: int, reader: _Reader, seconds: float) -> CrashReport:
     attempts = acknowledged = distinct = lost = duplicated = out_of_order = unacked = 0
     statuses: dict[int, int] = {}
     for flow in flows:
@@ -209,5 +260,6 @@ def _report(path: str, messages: int, flows: list[Sender], kills: int, reader: _
         duplicated += sum(n - 1 for n in counts.values())
         out_of_order += sum(1 for a, b in zip(flow.read, flow.read[1:]) if b <= a)
         unacked += sum(1 for attempt in counts if attempt not in acked)
-    return CrashReport(path, messages, len(flows), kills, attempts, acknowledged, distinct, lost,
-                       duplicated, out_of_order, unacked, reader.redelivered, reader.forged, statuses, seconds)
+    return CrashReport(path, size, sync, messages, len(flows), kills, kills_mid_payload, attempts, acknowledged,
+                       distinct, lost, duplicated, out_of_order, unacked, reader.redelivered, reader.forged,
+                       statuses, seconds)

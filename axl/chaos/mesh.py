@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from http.client import HTTPException
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict[str, st
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
-    except (OSError, urllib.error.URLError):
+    except (OSError, urllib.error.URLError, HTTPException):  # HTTPException: an answer cut short
         return 0, {}, b""
 
 

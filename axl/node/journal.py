@@ -3,7 +3,8 @@
 
 Arrivals and deliveries wait in the batch being gathered; a commit takes
 them all, at the end of the event-loop turn, or once the commit under way
-on the store's thread (with `inbox_sync` "full") is done. Checkpoints run
+on the store's thread (with `inbox_sync` "full", or with payload files to
+write or remove: InboxStore.writes_in_thread) is done. Checkpoints run
 meanwhile on a thread of their own.
 So an idle node commits each message alone and a busy one hundreds at once,
 and batches are committed in the order they were gathered. Only once its
@@ -247,14 +248,12 @@ class Journal:
         try:
             batch.inserts = [(s.message.id, s.message.sender, s.message.payload) for s in staged]
             batch.sessions = self._sessions_after(staged)
-            store.stage(batch)
-            if store.commits_in_thread:
-                self._commit_under_way = asyncio.wrap_future(store.commit_in_thread())
+            if store.writes_in_thread(batch):
+                self._commit_under_way = asyncio.wrap_future(store.write_in_thread(batch))
                 self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
                 return
-            store.commit()
+            store.write(batch)
         except Exception as exc:
-            store.abandon()
             self._failed(staged, batch, exc)
             return
         self._stored(staged, batch, started)
@@ -263,7 +262,6 @@ class Journal:
         self._commit_under_way = None
         error = done.exception()
         if error is not None:
-            self.store.abandon()
             self._failed(staged, batch, error)
         else:
             self._stored(staged, batch, started)

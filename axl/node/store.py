@@ -6,15 +6,27 @@ stream session, the sequence numbers whose messages it holds, so that a
 sender repeating them after a restart gets its answer again instead of a
 second delivery (axl.node.msgstream, SessionRecord.restored).
 
+A payload of APART_BYTES or more is kept out of the database, in a file
+of its own in `<file>.payloads/` named by the message's id, its row
+holding only its length: written before the row is committed (and, with
+"full", flushed to the disk with its folder first), removed after the
+row's deletion is committed. So a crash at any moment leaves either a row
+with its whole file, or a file without a row (the message was never
+acknowledged, or was delivered), which start-up removes. SQLite would
+copy such a payload four times (bound into the statement, into its pages,
+into the WAL, checkpointed into the database) and read it back to free its
+pages; a file is written once, and removed before the operating system may
+even have written it out.
+
 The node holds the file (an flock on `<file>.lock` beside it) while it
 runs: a second node given the same `inbox_path` stops at start-up. What may wait for the disk runs on
 threads of the store's own; the rest on the event loop's, where it costs
 CPU only (docs/architecture.md, "The durable inbox"):
-- `stage` writes a batch's statements into a transaction (SQLite's page
-  cache);
-- `commit` ends it: with `inbox_sync` "normal" that is a write into the
-  WAL, which the operating system holds, so it runs on the loop;
-  `commit_in_thread` is for "full", whose commit waits for `fsync`;
+- `write` puts a batch into one transaction and commits it: with
+  `inbox_sync` "normal" that is a write into the WAL, which the operating
+  system holds, so a batch of small messages is written on the loop;
+  `write_in_thread` is for "full", whose commit waits for `fsync`, and for
+  a batch with payload files to write or remove (`writes_in_thread`);
 - `checkpoint_in_thread` copies the WAL into the database and flushes both,
   every CHECKPOINT_PAGES or so, on a second connection and thread, while
   commits go on (SQLite's own automatic checkpoints, which would run inside
@@ -36,6 +48,7 @@ import os
 import sqlite3
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +58,12 @@ from axl.config import NodeConfig
 from axl.identity import NodeIdentity
 from axl.node.streamsessions import SessionKey, SessionLru
 
-SCHEMA_VERSION = 1
+# 2: payloads of APART_BYTES or more in files of their own (messages.apart: their length).
+SCHEMA_VERSION = 2
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL,"
+    " apart INTEGER)",
     "CREATE TABLE IF NOT EXISTS sessions (key BLOB PRIMARY KEY, record BLOB NOT NULL, used INTEGER NOT NULL)"
     " WITHOUT ROWID",
 )
@@ -62,6 +77,8 @@ _PAGE_SIZE = 4096
 CHECKPOINT_PAGES = 1000
 WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
 PEER_KEY_SIZE = 32
+# Payloads this long or longer are kept in files of their own.
+APART_BYTES = 256 * 1024
 _TABLES = {"meta", "messages", "sessions"}
 
 
@@ -172,17 +189,19 @@ CommittedSessions = SessionLru[CommittedSession]
 
 class InboxStore:
     """The open inbox file. `open` checks it and reads it whole; then the node
-    writes a batch at a time: `stage`, then `commit` (or `commit_in_thread`
-    when commits wait for the disk), and now and then `checkpoint_in_thread`."""
+    writes a batch at a time: `write` (or `write_in_thread` when it would
+    wait for the disk or copy megabytes), and now and then `checkpoint_in_thread`."""
 
     def __init__(self, path: Path, lock: int, writer: sqlite3.Connection, checkpointer: sqlite3.Connection,
-                 sync: str, kept: Kept, used: int) -> None:
+                 sync: str, kept: Kept, used: int, apart: set[int]) -> None:
         self.path = path
+        self.payloads = _payloads_folder(path)
         self._lock = lock
         self._db = writer
         self._checkpointer = checkpointer
         # With "full", a commit waits for the disk: not on the event loop.
-        self.commits_in_thread = sync == "full"
+        self._full = sync == "full"
+        self._apart = apart  # ids of the messages whose payloads are in files of their own
         self._kept: Kept | None = kept
         self._used = used
         self._wal_pages = 0  # about how many pages were written since the last checkpoint began
@@ -204,7 +223,7 @@ class InboxStore:
             _check(writer, path, owner)
             _set_modes(writer, path, sync)
             _claim(writer, path, owner)
-            kept, used = _read(writer, path)
+            kept, used, apart = _read(writer, path)
             checkpointer = _connect(path, connections)
             _set_modes(checkpointer, path, sync)
         except BaseException:
@@ -212,7 +231,7 @@ class InboxStore:
                 connection.close()
             os.close(lock)
             raise
-        return cls(path, lock, writer, checkpointer, sync, kept, used)
+        return cls(path, lock, writer, checkpointer, sync, kept, used, apart)
 
     @property
     def kept_messages(self) -> int:
@@ -225,14 +244,88 @@ class InboxStore:
         assert kept is not None
         return kept
 
+    def writes_in_thread(self, batch: Batch) -> bool:
+        """Would writing `batch` wait for the disk, or copy megabytes? Then
+        `write_in_thread`, else `write` on the loop."""
+        return (self._full or any(len(payload) >= APART_BYTES for _, _, payload in batch.inserts)
+                or any(id_ in self._apart for id_ in batch.deletes))
+
+    def write(self, batch: Batch) -> None:
+        """Commit `batch` in one transaction: its payload files written first,
+        and those of its deletions removed after. Raises sqlite3.Error or
+        OSError, having rolled back and removed the files it wrote."""
+        self._count_pages(batch)
+        self._write(batch)
+
+    def write_in_thread(self, batch: Batch) -> Future[None]:
+        """`write` on the store's thread; the future fails as `write` raises."""
+        self._count_pages(batch)
+        return self._commits.submit(self._write, batch)
+
+    def _count_pages(self, batch: Batch) -> None:
+        """About how many pages `batch` adds to the WAL: one for each table
+        touched, and the payloads kept in the database."""
+        self._wal_pages += 4 + sum(len(payload) for _, _, payload in batch.inserts
+                                   if len(payload) < APART_BYTES) // _PAGE_SIZE
+
+    def _write(self, batch: Batch) -> None:
+        apart = [(id_, payload) for id_, _, payload in batch.inserts if len(payload) >= APART_BYTES]
+        try:
+            self._write_payloads(apart)
+            self.stage(batch)
+            self.commit()
+        except BaseException:
+            self.abandon()
+            self._remove_payloads([id_ for id_, _ in apart])
+            raise
+        self._apart.update(id_ for id_, _ in apart)
+        self._remove_payloads([id_ for id_ in batch.deletes if id_ in self._apart])
+
+    def _write_payloads(self, apart: list[tuple[int, bytes]]) -> None:
+        """Each payload into its own file; with "full", flushed to the disk
+        with the folder that names it, before the row that points at it."""
+        if not apart:
+            return
+        if not self.payloads.is_dir():
+            self.payloads.mkdir(mode=0o700)
+            if self._full:
+                _sync_folder(self.path.parent)
+        for id_, payload in apart:
+            file = os.open(self.payloads / str(id_), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+            try:
+                with memoryview(payload) as left:
+                    while left:
+                        left = left[os.write(file, left):]
+                if self._full:
+                    os.fsync(file)
+            finally:
+                os.close(file)
+        if self._full:
+            _sync_folder(self.payloads)
+
+    def _remove_payloads(self, ids: list[int]) -> None:
+        """Remove the files of messages no row points at (any left by a crash go at start-up)."""
+        for id_ in ids:
+            self._apart.discard(id_)
+            try:
+                os.unlink(self.payloads / str(id_))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("inbox: cannot remove %s (%s); it is removed at the next start",
+                            self.payloads / str(id_), exc.strerror)
+
     def stage(self, batch: Batch) -> None:
-        """Begin a transaction and write `batch` into it (on the loop's thread:
-        no disk I/O but for pages SQLite's cache cannot hold). Raises sqlite3.Error."""
+        """Begin a transaction and write `batch`'s rows into it (no disk I/O
+        but for pages SQLite's cache cannot hold); payloads of APART_BYTES or
+        more only as their length. Raises sqlite3.Error."""
         db = self._db
         db.execute("BEGIN")
         try:
             if batch.inserts:
-                db.executemany("INSERT INTO messages (id, sender, payload) VALUES (?, ?, ?)", batch.inserts)
+                db.executemany("INSERT INTO messages (id, sender, payload, apart) VALUES (?, ?, ?, ?)",
+                               [(id_, sender, b"", len(payload)) if len(payload) >= APART_BYTES
+                                else (id_, sender, payload, None) for id_, sender, payload in batch.inserts])
             if batch.deletes:
                 db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in batch.deletes])
             if batch.sessions:
@@ -246,17 +339,11 @@ class InboxStore:
         except BaseException:
             self.abandon()
             raise
-        # a page for each table touched, and the payloads' own
-        self._wal_pages += 4 + sum(len(payload) for _, _, payload in batch.inserts) // _PAGE_SIZE
 
     def commit(self) -> None:
-        """COMMIT the staged transaction (into the WAL, no wait for the disk).
-        Raises sqlite3.Error (then call `abandon`)."""
+        """COMMIT the staged transaction (with "normal", into the WAL, no wait
+        for the disk). Raises sqlite3.Error."""
         self._db.execute("COMMIT")
-
-    def commit_in_thread(self) -> Future[None]:
-        """`commit` on the store's thread; the future fails as `commit` raises."""
-        return self._commits.submit(self.commit)
 
     @property
     def checkpoint_due(self) -> bool:
@@ -322,6 +409,19 @@ def _lock(path: Path) -> int:
     return lock
 
 
+def _payloads_folder(path: Path) -> Path:
+    return path.with_name(path.name + ".payloads")
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush `folder`'s entries to the disk: the names of the files just made."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def _connect(path: Path, opened: list[sqlite3.Connection]) -> sqlite3.Connection:
     try:
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
@@ -361,17 +461,12 @@ def _set_modes(db: sqlite3.Connection, path: Path, sync: str) -> None:
         raise _open_error(path, exc) from None
 
 
-def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
-    """Make a new file an inbox of this node, and write once (a start
-    counter), so that a disk too full for a commit shows now."""
+@contextmanager
+def _start_up_transaction(db: sqlite3.Connection, path: Path) -> Iterator[None]:
+    """A write at start-up, committed whole or not at all; SQLite's errors as StoreError."""
     try:
         db.execute("BEGIN IMMEDIATE")
-        for statement in _SCHEMA:
-            db.execute(statement)
-        if db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
-            db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
-                           [("schema", SCHEMA_VERSION), ("node", owner.hex()), ("last_id", 0), ("starts", 0)])
-        db.execute("UPDATE meta SET value = value + 1 WHERE name = 'starts'")
+        yield
         db.execute("COMMIT")
     except sqlite3.Error as exc:
         raise _open_error(path, exc) from None
@@ -380,8 +475,25 @@ def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
             db.execute("ROLLBACK")
 
 
+def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
+    """Make a new file an inbox of this node (or upgrade one of schema 1),
+    and write once (a start counter), so that a disk too full for a commit shows now."""
+    with _start_up_transaction(db, path):
+        for statement in _SCHEMA:
+            db.execute(statement)
+        if db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
+            db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
+                           [("schema", SCHEMA_VERSION), ("node", owner.hex()), ("last_id", 0), ("starts", 0)])
+        elif db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0] == 1:
+            # Version 1 kept every payload in its row: they stay there.
+            db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
+            db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
+            log.info("inbox %s: upgraded from schema 1 to %d", path, SCHEMA_VERSION)
+        db.execute("UPDATE meta SET value = value + 1 WHERE name = 'starts'")
+
+
 def _check_meta(found: dict, path: Path, owner: bytes) -> None:
-    if found.get("schema") != SCHEMA_VERSION:
+    if found.get("schema") not in range(1, SCHEMA_VERSION + 1):
         raise StoreError(f"inbox {path}: written by another version of the node (schema "
                          f"{found.get('schema')!r}, this one reads {SCHEMA_VERSION}); {_LEFT_AS_IS}")
     if found.get("node") != owner.hex():
@@ -390,19 +502,73 @@ def _check_meta(found: dict, path: Path, owner: bytes) -> None:
                           f"or move the file aside if this node's key was replaced")
 
 
-def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int]:
+def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int, set[int]]:
+    """What the file holds, with the payloads kept apart read back; a row
+    whose file is missing or short (a power cut with inbox_sync "normal") is
+    dropped, and a file without a row (a crash before its row was committed,
+    or after its deletion was) removed. Also returns the ids kept apart."""
     try:
-        messages = db.execute("SELECT id, sender, payload FROM messages ORDER BY id").fetchall()
-        rows = db.execute("SELECT key, record, used FROM sessions ORDER BY used").fetchall()
+        rows = db.execute("SELECT id, sender, payload, apart FROM messages ORDER BY id").fetchall()
+        session_rows = db.execute("SELECT key, record, used FROM sessions ORDER BY used").fetchall()
         last_id = db.execute("SELECT value FROM meta WHERE name = 'last_id'").fetchone()[0]
         sessions = [((key[:PEER_KEY_SIZE], _SESSION_ID.unpack(key[PEER_KEY_SIZE:])[0]),
-                     CommittedSession.decode(record)) for key, record, _ in rows]
+                     CommittedSession.decode(record)) for key, record, _ in session_rows]
     except sqlite3.Error as exc:
         raise _open_error(path, exc) from None
     except (ValueError, struct.error, TypeError) as exc:
         raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
-    last_id = max(last_id, messages[-1][0] if messages else 0)
-    return Kept(messages, sessions, last_id), rows[-1][2] if rows else 0
+    folder = _payloads_folder(path)
+    messages: list[tuple[int, bytes, bytes]] = []
+    apart: set[int] = set()
+    lost: list[int] = []
+    for id_, sender, payload, size in rows:
+        if size is not None:
+            payload = _read_payload(folder / str(id_), size)
+            if payload is None:
+                lost.append(id_)
+                continue
+            apart.add(id_)
+        messages.append((id_, sender, payload))
+    if lost:
+        with _start_up_transaction(db, path):
+            db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in lost])
+    _remove_strays(folder, apart)
+    last_id = max(last_id, rows[-1][0] if rows else 0)
+    return Kept(messages, sessions, last_id), session_rows[-1][2] if session_rows else 0, apart
+
+
+def _read_payload(file: Path, size: int) -> bytes | None:
+    """The payload kept in `file`, or None (logged) if it is not there whole."""
+    try:
+        payload = file.read_bytes()
+    except FileNotFoundError:
+        payload = b""
+    except OSError as exc:
+        raise StoreError(f"inbox: cannot read {file}: {exc.strerror}") from None
+    if len(payload) == size:
+        return payload
+    log.warning("inbox: %s holds %d of the message's %d bytes (lost in a power cut with inbox_sync "
+                "normal?): the message is dropped", file, len(payload), size)
+    return None
+
+
+def _remove_strays(folder: Path, apart: set[int]) -> None:
+    """Remove the payload files no row points at."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"inbox: cannot read {folder}: {exc.strerror}") from None
+    strays = [entry.path for entry in entries if entry.name.isdigit() and int(entry.name) not in apart]
+    for stray in strays:
+        try:
+            os.unlink(stray)
+        except OSError as exc:
+            raise StoreError(f"inbox: cannot remove {stray}: {exc.strerror}") from None
+    if strays:
+        log.info("inbox: removed %d payload files of messages not committed before a crash, or "
+                 "delivered before it", len(strays))
 
 
 _LEFT_AS_IS = ("nothing in it was changed: move it aside to start with an empty inbox "
