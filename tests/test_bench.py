@@ -86,5 +86,5 @@ def test_quick_wan_bench_measures_every_figure_across_a_shaped_relay():
     assert run.returncode == 0, run.stderr[-3000:]
     row = next(line for line in run.stdout.splitlines() if line.startswith("| ours |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert len(cells) == 8 and "nan" not in row
+    assert len(cells) == 9 and "nan" not in row
     assert cells[-2:] == ["0", "0"], row

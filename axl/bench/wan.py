@@ -116,6 +116,8 @@ class Figures:
     ws_per_s: float | None = None
     lost: int = 0
     out_of_order: int = 0
+    overlay: str = "-"
+    """The sender's overlay TCP toward the receiver after the bulk message (/metrics)."""
 
 
 async def serve_relay(target_port: int, rtt: float) -> None:
@@ -188,6 +190,7 @@ class PathBench:
             figures.one_way_p99_ms = percentile(latencies, 0.99)
             figures.bulk_mbps = await self._bulk(near, far)
             if self.go_binary is None:
+                figures.overlay = await self._overlay(near, far)
                 await self._ws(near, far, figures)
         finally:
             for node in self.nodes:
@@ -280,6 +283,17 @@ class PathBench:
         figures.lost = acked - len(set(order))
         figures.out_of_order = sum(1 for before, after in zip(order, order[1:]) if after <= before)
 
+    async def _overlay(self, near: BenchNode, far: BenchNode) -> str:
+        """Smoothed RTT, retransmitted segments and timeouts of `near`'s overlay TCP toward `far`."""
+        async with self.http.get(near.url + "/metrics") as resp:
+            text = await resp.text()
+        label = f'{{peer="{far.peer_id}"}} '
+        found = {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+                 for line in text.splitlines() if label in line}
+        srtt = found.get("axl_overlay_rtt_seconds", float("nan")) * 1000
+        return (f"{srtt:.0f} ms, {found.get('axl_overlay_retransmits_total', 0):.0f} resent, "
+                f"{found.get('axl_overlay_timeouts_total', 0):.0f} timeouts")
+
     async def _post(self, node: BenchNode, dest: str, payload: bytes) -> int:
         async with self.http.post(node.url + "/send", data=payload, headers={SEND_HEADER: dest}) as resp:
             await resp.read()
@@ -334,24 +348,25 @@ def render(profile: Profile, rows: list[Figures]) -> str:
     lines = [f"{profile.name}, {RATE / MB:g} MB/s each way, a queue of "
              f"{profile.shape.queue_bytes / MB:.2f} MB",
              "| node | sent at peering: arrives | first after forming | one-way p50 / p99 "
-             "| bulk (share of path) | /ws 1 KiB (share) | lost | out of order |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| bulk (share of path) | overlay TCP after bulk | /ws 1 KiB (share) | lost | out of order |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ws = (f"{row.ws_per_s:,.0f}/s ({row.ws_per_s / path_messages:.2f})"
               if row.ws_per_s is not None else "none (no /ws)")
         lines.append(f"| {row.node} | {row.first_at_peering_s:.2f} s | {row.first_formed_ms:.0f} ms "
                      f"| {row.one_way_p50_ms:.1f} / {row.one_way_p99_ms:.1f} ms "
-                     f"| {row.bulk_mbps:.2f} MB/s ({row.bulk_mbps * MB / RATE:.2f}) | {ws} "
+                     f"| {row.bulk_mbps:.2f} MB/s ({row.bulk_mbps * MB / RATE:.2f}) | {row.overlay} | {ws} "
                      f"| {row.lost} | {row.out_of_order} |")
     return "\n".join(lines)
 
 
-async def run(work: Work, with_go: bool) -> list[str]:
+async def run(work: Work, with_go: bool, only: str | None = None) -> list[str]:
+    profiles = [profile for profile in work.profiles if only is None or profile.name.startswith(only + " ")]
     go_binary = go_axl_binary() if with_go else None
     tables = []
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        for profile in work.profiles:
+        for profile in profiles:
             rows = []
             for binary in [None, go_binary] if go_binary else [None]:
                 with tempfile.TemporaryDirectory(prefix="axl-wan-") as tmp:
@@ -370,13 +385,14 @@ def main(argv: list[str] | None = None) -> int:
                     "at 12.5 MB/s): first messages, latency, bulk and /ws, beside Go AXL.")
     parser.add_argument("--quick", action="store_true", help="one short profile, small sizes")
     parser.add_argument("--no-go", action="store_true", help="leave Go AXL out")
+    parser.add_argument("--rtt", choices=("50", "200"), help="only the profile of this RTT (ms)")
     parser.add_argument("--relay", nargs=2, metavar=("PORT", "RTT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.relay:
         asyncio.run(serve_relay(int(args.relay[0]), float(args.relay[1])))
         return 0
     try:
-        asyncio.run(run(Work.choose(args.quick), not args.no_go))
+        asyncio.run(run(Work.choose(args.quick), not args.no_go, args.rtt))
     except (RuntimeError, OSError, aiohttp.ClientError, TimeoutError) as exc:
         print(f"axl.bench.wan: failed: {exc or type(exc).__name__}", file=sys.stderr)
         return 1

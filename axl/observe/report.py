@@ -79,13 +79,19 @@ def snapshot(node: ObservedNode, adapters: AdapterCounts, now: float) -> dict:
     }
 
 
+def queued_by_peer(node: ObservedNode) -> dict[bytes, int]:
+    """Traffic bytes each peer's links hold under back-pressure."""
+    queued: dict[bytes, int] = {}
+    for link in list(node.links.values()):
+        queued[link.remote_key] = queued.get(link.remote_key, 0) + link.queued_bytes
+    return queued
+
+
 def peers(node: ObservedNode) -> dict:
     """Direct peerings (configured, inbound, and recently seen ones) and remote destinations."""
     stats = node.stats
     rtts = {link.remote_key: link.rtt() for link in list(node.links.values())}
-    queued: dict[bytes, int] = {}
-    for link in list(node.links.values()):
-        queued[link.remote_key] = queued.get(link.remote_key, 0) + link.queued_bytes
+    queued = queued_by_peer(node)
     rows, listed = [], set()
     for entry in node.topology()["peers"]:
         key = bytes.fromhex(entry["public_key"]) if entry["public_key"] else b""

@@ -32,7 +32,7 @@ from axl.tcp.events import (
     TcpEvent,
     TimedOut,
 )
-from axl.tcp.recovery import NewReno, RttEstimator
+from axl.tcp.recovery import NewReno, PathStats, RttEstimator
 from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
 from axl.tcp.buffers import ReceiveQueue, SendBuffer
 
@@ -190,6 +190,7 @@ class TcpConnection:
         self._unacked_bytes = 0
         self._queued: list[TcpSegment] = []
 
+        self.path = PathStats()
         self._rtt = RttEstimator(self.config)
         self._cc = NewReno(iss, self.config.dupack_threshold)
         self._rto_deadline: float | None = None
@@ -500,6 +501,7 @@ class TcpConnection:
         if self._snd_nxt < ack:
             self._snd_nxt = ack
         self._rtt.acknowledged(ack, now)
+        self.path.srtt = self._rtt.srtt
         self._retries = 0
         self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
@@ -733,6 +735,7 @@ class TcpConnection:
         if size == 0 and not (fin and self._snd_una < self._snd_max):
             return
         self._rtt.cancel()
+        self.path.retransmits += 1
         out.append(self._data_segment(self._snd_una, size, fin))
         self._snd_nxt = max(self._snd_nxt, self._snd_una + size + (1 if fin else 0))
         if self._rto_deadline is None:
@@ -753,6 +756,8 @@ class TcpConnection:
             else:
                 return
             fin = self._fin_queued and self._snd_nxt + size == data_end
+            if self._snd_nxt < self._snd_max:
+                self.path.retransmits += 1
             out.append(self._data_segment(self._snd_nxt, size, fin))
             self._advance_snd_nxt(size + (1 if fin else 0), now)
 
@@ -847,6 +852,8 @@ class TcpConnection:
             self._emit(TimedOut(self))
             return
         self._retries += 1
+        if not handshaking:
+            self.path.timeouts += 1
         self._cc.on_timeout(self._snd_una, self._snd_max, self.send_mss, handshaking)
         self._rtt.back_off()
         self._snd_nxt = self._snd_una

@@ -8,6 +8,7 @@ say how long to wait for an acknowledgement and how much may be in flight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +21,17 @@ _INFINITE_SSTHRESH = 1 << 62
 def initial_window(mss: int) -> int:
     """RFC 6928 initial congestion window."""
     return min(10 * mss, max(2 * mss, 14600))
+
+
+@dataclass
+class PathStats:
+    """What the connections to one remote address saw of the path, summed
+    over them all (the stack shares one per address): the latest smoothed
+    RTT, segments sent again, and retransmission timeouts. For /metrics."""
+
+    srtt: float | None = None
+    retransmits: int = 0
+    timeouts: int = 0
 
 
 class RttEstimator:

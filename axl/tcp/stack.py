@@ -12,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from axl.tcp.connection import State, TcpConfig, TcpConnection
 from axl.tcp.events import TcpEvent
+from axl.tcp.recovery import PathStats
 from axl.tcp.segment import ACK, RST, SYN, TcpSegment, decode_packet, encode_packet
 
 EPHEMERAL_PORTS = range(49152, 65536)
 DEFAULT_MAX_CONNECTIONS = 128
+MAX_PATHS = 256
+"""Remote addresses whose PathStats the stack keeps."""
 
 ConnectionKey = tuple[bytes, int, int]
 """(remote address, remote port, local port); the local address is the stack's."""
@@ -68,6 +71,9 @@ class TcpStack:
         self._touched: dict[TcpConnection, None] = {}
         self._deadlines: dict[TcpConnection, float] = {}
         self.refused_over_cap = 0  # SYNs reset because max_connections were accepted
+        # What the connections to each remote address saw of the path, for
+        # the most recent MAX_PATHS addresses (kept after their connections end).
+        self.paths: OrderedDict[bytes, PathStats] = OrderedDict()
 
     # ------------------------------------------------------------- application
 
@@ -94,6 +100,7 @@ class TcpStack:
                              self.config, self._choose_mss(remote_address, mss), self._events,
                              self._touched)
         conn.delays_acks = remote_port in self.delayed_ack_ports
+        conn.path = self._path_to(remote_address)
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
@@ -114,6 +121,14 @@ class TcpStack:
         for conn in self._connections.values():
             if conn.remote_address == remote_address:
                 conn.retransmit_now(now)
+
+    def _path_to(self, remote_address: bytes) -> PathStats:
+        """The shared PathStats of `remote_address`, made the most recent."""
+        path = self.paths.pop(remote_address, None) or PathStats()
+        self.paths[remote_address] = path
+        if len(self.paths) > MAX_PATHS:
+            self.paths.popitem(last=False)
+        return path
 
     @property
     def connections(self) -> list[TcpConnection]:
@@ -238,6 +253,7 @@ class TcpStack:
                              self._choose_mss(remote_address, self._listeners[syn.dst_port]),
                              self._events, self._touched)
         conn.delays_acks = syn.dst_port in self.delayed_ack_ports
+        conn.path = self._path_to(remote_address)
         conn.open_passive(syn)
         self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
 
