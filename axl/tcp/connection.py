@@ -81,7 +81,11 @@ class TcpConfig:
     """Tunables shared by the connections of a stack.
 
     The RTO floor is far below RFC 6298's 1 s because overlay RTTs are small
-    and loss is frequent. The exponential backoff is forgotten as soon as
+    and loss is frequent. `min_rto` floors the variance term, as Linux does,
+    not the RTO: the RTO is at least the smoothed RTT plus `min_rto`, so on a
+    long path a relay's queue filling during slow start (the RTT doubling
+    within one window, faster than the estimate follows) is not taken for a
+    loss that would collapse the window. The exponential backoff is forgotten as soon as
     new data is acknowledged (as Linux does) rather than only at the next
     RTT sample: after go-back-N retransmissions samples are rare, and a
     backoff kept through a lossy stretch would stall a live transfer.

@@ -73,15 +73,14 @@ class RttEstimator:
         self.backoff = 0
 
     def sample(self, rtt: float) -> None:
-        """RFC 6298 section 2, with a floor suited to the overlay."""
+        """RFC 6298 section 2, the variance term floored at min_rto (TcpConfig)."""
         if self.srtt is None:
             self.srtt = rtt
             self.rttvar = rtt / 2
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        rto = self.srtt + max(0.001, 4 * self.rttvar)
-        self.base = min(self.max_rto, max(self.min_rto, rto))
+        self.base = min(self.max_rto, self.srtt + max(self.min_rto, 4 * self.rttvar))
 
     def established(self) -> None:
         """The handshake finished: no backoff, and no handshake-inflated base without a sample."""
