@@ -234,14 +234,16 @@ class NodeCore:
     # -- time -----------------------------------------------------------
 
     def get_timer(self) -> float | None:
-        timers = [t for t in (self._next_tick, self.stack.get_timer(), self.messages.get_timer())
-                  if t is not None]
+        timers = [t for t in (self._next_tick, self.router.settle_at, self.stack.get_timer(),
+                              self.messages.get_timer()) if t is not None]
         return min(timers)
 
     def handle_timer(self, now: float) -> None:
         if now >= self._next_tick:
             self._next_tick = max(self._next_tick + TICK_INTERVAL, now)
             self._tick(now)
+        if self.router.settle_at is not None and now >= self.router.settle_at:
+            self.apply(self.router.settle(now), now)
         self.stack.handle_timer(now)
         self.messages.handle_timer(now)
         self.apply([], now)
