@@ -141,6 +141,7 @@ def test_retransmission_timer_doubles_then_gives_up_with_reset() -> None:
     gaps = [round(b - a, 6) for a, b in zip([1.0] + times, times)]
     assert gaps == [round(min(rto * 2 ** i, config.max_rto), 6) for i in range(6)]
     assert [type(e) for e in _events(client)] == [TimedOut]
+    assert client.path.timeouts == client.path.retransmits == 5
 
 
 def test_backoff_is_forgotten_once_new_data_is_acknowledged() -> None:

@@ -233,6 +233,11 @@ def test_several_connections_at_once_over_a_lossy_wire() -> None:
         own_address = A if conn.remote_address == B else B
         peer = by_tuple[(own_address, conn.local_port, conn.remote_port)]
         assert bytes(transfers.received[peer]) == payload
+    # The connections to one address share what they saw of the path (/metrics).
+    assert set(a.paths) == {B} and set(b.paths) == {A}
+    assert all(conn.path is a.paths[B] for conn in a.connections)
+    for stack, other in ((a, B), (b, A)):
+        assert stack.paths[other].retransmits > 0 and stack.paths[other].srtt is not None
 
 
 def _open(net: Network, transfers: Transfers, a: TcpStack) -> tuple[TcpConnection, TcpConnection]:
