@@ -197,6 +197,8 @@ def test_dashboard_json_describes_the_node(trio) -> None:
     destinations = {d["public_key"]: d for d in b.get_json("/dashboard/api/peers")["destinations"]}
     assert destinations[c.peer_id]["messages_sent"] >= 1
     assert destinations[c.peer_id]["mean_ack_ms"] > 0
+    assert destinations[c.peer_id]["overlay_rtt_ms"] > 0
+    assert destinations[c.peer_id]["retransmits"] >= 0 and destinations[c.peer_id]["timeouts"] >= 0
 
     topology = b.get_json("/dashboard/api/topology")
     tree_keys = {entry["public_key"] for entry in topology["tree"]}

@@ -141,6 +141,7 @@ class Relay:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "axl.bench.wan", "--relay", str(target_port), str(rtt),
             stdout=asyncio.subprocess.PIPE)
+        assert process.stdout is not None
         line = await asyncio.wait_for(process.stdout.readline(), STEP_DEADLINE)
         if not line:
             raise RuntimeError("the relay did not start")
@@ -166,6 +167,7 @@ class PathBench:
 
     def _node(self, name: str, relay_port: int | None = None) -> BenchNode:
         settings = {"Peers": [f"tls://{LOOPBACK}:{relay_port}"]} if relay_port else {}
+        node: BenchNode
         if self.go_binary is not None:
             node = GoBenchNode(name, self.workdir, "asyncio", settings=settings, binary=self.go_binary)
         else:

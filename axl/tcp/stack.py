@@ -23,7 +23,8 @@ from axl.tcp.segment import ACK, RST, SYN, TcpSegment, decode_packet, encode_pac
 EPHEMERAL_PORTS = range(49152, 65536)
 DEFAULT_MAX_CONNECTIONS = 128
 MAX_PATHS = 256
-"""Remote addresses whose PathStats the stack keeps."""
+"""Remote addresses whose PathStats the stack keeps (more only while that
+many have live connections)."""
 
 ConnectionKey = tuple[bytes, int, int]
 """(remote address, remote port, local port); the local address is the stack's."""
@@ -123,11 +124,16 @@ class TcpStack:
                 conn.retransmit_now(now)
 
     def _path_to(self, remote_address: bytes) -> PathStats:
-        """The shared PathStats of `remote_address`, made the most recent."""
+        """The shared PathStats of `remote_address`, made the most recent.
+        Past MAX_PATHS the least recent address without a live connection
+        is forgotten: one with a connection keeps counting where it is shown."""
         path = self.paths.pop(remote_address, None) or PathStats()
         self.paths[remote_address] = path
         if len(self.paths) > MAX_PATHS:
-            self.paths.popitem(last=False)
+            live = {conn.remote_address for conn in self._connections.values()}
+            idle = next((address for address in self.paths if address not in live), None)
+            if idle is not None:
+                del self.paths[idle]
         return path
 
     @property
