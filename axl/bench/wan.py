@@ -25,9 +25,8 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, child_env
 from axl.bench.report import percentile
-from axl.bench.scenarios import MB, MIB, SEND_HEADER
+from axl.bench.scenarios import MB, MIB, SEND_HEADER, ws_acks
 from axl.chaos.proxy import LinkProxy, PathShape
-from axl.harness import spawn_node
 
 RATE = 12.5 * MB
 """Every profile's line: 100 Mbit/s."""
@@ -86,21 +85,13 @@ class GoBenchNode(BenchNode):
 
     binary: Path = field(default_factory=Path)
 
-    def write_config(self) -> Path:
-        key_path = self.workdir / f"{self.name}.pem"
-        key_path.write_bytes(self.identity.pem())
-        config = {"PrivateKeyPath": str(key_path), "Listen": [self.listen_uri],
-                  "Peers": [peer.listen_uri for peer in self.peers], "api_port": self.api_port,
-                  "tcp_port": 7000, **self.settings}
-        path = self.workdir / f"{self.name}.json"
-        path.write_text(json.dumps(config))
-        return path
+    def config(self, key_path: Path) -> dict:
+        return {"PrivateKeyPath": str(key_path), "Listen": [self.listen_uri],
+                "Peers": [peer.listen_uri for peer in self.peers], "api_port": self.api_port,
+                "tcp_port": 7000, **self.settings}
 
-    def spawn(self) -> None:
-        config_path = self.write_config()
-        self.started_at = time.monotonic()
-        self.process = spawn_node(config_path, self.workdir / f"{self.name}.log",
-                                  command=[str(self.binary)], env=child_env(self.loop))
+    def launch(self) -> tuple[list[str] | None, list[str]]:
+        return [str(self.binary)], []
 
 
 @dataclass
@@ -276,7 +267,7 @@ class PathBench:
             room = asyncio.Semaphore(WS_CLIENT_IN_FLIGHT)
             start = time.perf_counter()
             writing = asyncio.create_task(_ws_write(outbound, destination, count, room))
-            acked = await asyncio.wait_for(_ws_acks(outbound, count, room), STEP_DEADLINE)
+            acked = await asyncio.wait_for(ws_acks(outbound, count, room), STEP_DEADLINE)
             elapsed = time.perf_counter() - start
             await writing
             await asyncio.wait({receiving}, timeout=STEP_DEADLINE)
@@ -321,18 +312,6 @@ async def _ws_write(ws: aiohttp.ClientWebSocketResponse, destination: bytes, cou
     for number in range(count):
         await room.acquire()
         await ws.send_bytes(destination + number.to_bytes(8, "big") + filler)
-
-
-async def _ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int, room: asyncio.Semaphore) -> int:
-    """How many of `count` acks said 200."""
-    ok = 0
-    for _ in range(count):
-        message = await ws.receive()
-        if message.type != aiohttp.WSMsgType.TEXT:
-            raise RuntimeError(f"/ws sender got {message.type.name} instead of an ack")
-        ok += json.loads(message.data)["status"] == 200
-        room.release()
-    return ok
 
 
 async def _ws_receive(ws: aiohttp.ClientWebSocketResponse, count: int, order: list[int]) -> None:

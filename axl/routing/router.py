@@ -588,7 +588,12 @@ class Router:
 
     def _fix(self, prompt: bool = False) -> None:
         """Parent selection: lower root first, then cost; two-step self-rooting
-        (only at ticks: a `prompt` fix only takes a better parent)."""
+        (only at ticks). A `prompt` fix only takes a better parent, and only
+        once every peer has answered and announced itself: choosing among
+        some would keep the first to answer where the tick picks the cheapest."""
+        if prompt and any(peer.response is None or peer.key not in self.infos
+                          for peer in self._peers.values()):
+            return
         me = self.infos[self.key]
         best_root, best_parent, best_cost = self.key, self.key, MAX_WATERMARK
         current = self._peers.get(me.parent)
