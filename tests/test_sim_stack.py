@@ -115,3 +115,23 @@ def test_a_message_sent_as_a_long_peering_comes_up_arrives_within_seven_round_tr
     net.send(1, 0, (1).to_bytes(8, "big") + b"hello", 1)
     net.run_until(up + 10, done=lambda: net.tally.delivered[1] > 0)
     assert net.tally.delivered[1] == 1 and net.now - up <= 1.5
+
+
+def test_a_message_stream_starts_a_long_transfer_with_a_large_window():
+    """4 MiB after a few small messages, 100 ms each way at 12.5 MB/s: the
+    stream's connection starts with TcpConfig.fast_start_window (1 MiB), not
+    two 64 KiB segments, so the message is acknowledged in about one round
+    trip more than the line needs (0.34 s), not after four of slow start
+    (2.1 s)."""
+    net = StackNetwork(2, seed=11, settings=MessageSettings(send_timeout=60.0))
+    net.connect(0, 1, latency=0.1, bandwidth=12.5e6)
+    net.run(10)
+    for number in range(3):
+        net.send(0, 1, number.to_bytes(8, "big") + bytes(1000), number)
+        net.run(1)
+    payload = (9).to_bytes(8, "big") + random.Random(3).randbytes((4 << 20) - 8)
+    start = net.now
+    net.send(0, 1, payload, 9)
+    net.run_until(start + 30, done=lambda: 9 in net.tally.acknowledged)
+    assert net.inbox[1][-1] == (net.nodes[0].key, payload)
+    assert net.now - start <= 1.5

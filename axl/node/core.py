@@ -92,12 +92,14 @@ class NodeCore:
         # Received bytes hold the window until the message layer has them
         # processed (receive back-pressure against a busy application).
         # The message stream also delays its ACKs: the stream acknowledgements
-        # flowing back carry them (docs/protocol.md, section 11).
+        # flowing back carry them (docs/protocol.md, section 11); and it starts
+        # with a large congestion window (TcpConfig.fast_start_window).
         stream_ports = frozenset({settings.stream_port}) if settings.streams else frozenset()
         self.stack = TcpStack(identity.address, max_connections=max_connections,
                               config=TcpConfig(hold_until_consumed=True),
                               verify_checksums=False, rng=rng,
-                              unchecksummed_ports=stream_ports, delayed_ack_ports=stream_ports)
+                              unchecksummed_ports=stream_ports, delayed_ack_ports=stream_ports,
+                              fast_start_ports=stream_ports)
         self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []

@@ -102,6 +102,14 @@ class TcpConfig:
     application has not processed yet, not only what TCP still holds, so a
     sender facing a busy reader is paused instead of filling its memory.
 
+    `fast_start_window` is the initial congestion window of connections the
+    stack marks `fast_start` (the message stream's, between our nodes only),
+    in place of RFC 6928's two jumbo segments: the overlay runs over the
+    links' own TCP, which paces the wire, so an overlay burst waits in the
+    link's queue (LINK_QUEUE_BYTES, four times this) instead of being lost,
+    and on a 200 ms path slow start from 128 KiB cost a 16 MiB message a
+    third of its time.
+
     `ack_delay` applies to connections the stack marks `delays_acks`: their
     in-order data is acknowledged by the next segment leaving anyway, at the
     latest `ack_delay` later (sooner in the cases `_acknowledge_in_order`
@@ -124,6 +132,7 @@ class TcpConfig:
     offer_window_scale: bool = True
     hold_until_consumed: bool = False
     ack_delay: float = 0.04
+    fast_start_window: int = 1 << 20
 
 
 def unwrap_seq(value: int, reference: int) -> int:
@@ -190,6 +199,7 @@ class TcpConnection:
 
         self._ack_now = False
         self.delays_acks = False
+        self.fast_start = False
         self._ack_deadline: float | None = None
         self._unacked_bytes = 0
         self._queued: list[TcpSegment] = []
@@ -232,7 +242,7 @@ class TcpConnection:
             self._rcv_wscale = window_scale_for(self.config.recv_buffer_size)
         self._snd_wnd = syn.window
         self._snd_wl1 = irs
-        self._cc.start(self.send_mss)
+        self._cc.start(self.send_mss, self.config.fast_start_window if self.fast_start else 0)
         self._rcv_adv = self._rcv_nxt + self._syn_window()
 
     def _syn_window(self) -> int:

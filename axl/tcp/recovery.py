@@ -108,8 +108,8 @@ class NewReno:
         # a partial acknowledgement in recovery, or after a timeout).
         self.retransmit_head = False
 
-    def start(self, mss: int) -> None:
-        self.cwnd = initial_window(mss)
+    def start(self, mss: int, at_least: int = 0) -> None:
+        self.cwnd = max(initial_window(mss), at_least)
 
     def on_new_ack(self, acked: int, snd_una: int, snd_max: int, mss: int) -> None:
         self.dupacks = 0

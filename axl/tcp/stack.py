@@ -44,7 +44,8 @@ class TcpStack:
                  rng: random.Random | None = None, hop_limit: int = 64,
                  verify_checksums: bool = True,
                  unchecksummed_ports: frozenset[int] = frozenset(),
-                 delayed_ack_ports: frozenset[int] = frozenset()) -> None:
+                 delayed_ack_ports: frozenset[int] = frozenset(),
+                 fast_start_ports: frozenset[int] = frozenset()) -> None:
         if len(local_address) != 16:
             raise ValueError("local address must be 16 bytes")
         self.local_address = local_address
@@ -60,6 +61,8 @@ class TcpStack:
         self.unchecksummed_ports = unchecksummed_ports
         # Connections to or from these ports delay their ACKs (TcpConfig.ack_delay).
         self.delayed_ack_ports = delayed_ack_ports
+        # Connections to or from these ports start with TcpConfig.fast_start_window.
+        self.fast_start_ports = fast_start_ports
         self._rng = rng or random.SystemRandom()
         self._iss_secret = self._rng.getrandbits(128).to_bytes(16, "big")
         self._connections: dict[ConnectionKey, TcpConnection] = {}
@@ -101,6 +104,7 @@ class TcpStack:
                              self.config, self._choose_mss(remote_address, mss), self._events,
                              self._touched)
         conn.delays_acks = remote_port in self.delayed_ack_ports
+        conn.fast_start = remote_port in self.fast_start_ports
         conn.path = self._path_to(remote_address)
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
@@ -259,6 +263,7 @@ class TcpStack:
                              self._choose_mss(remote_address, self._listeners[syn.dst_port]),
                              self._events, self._touched)
         conn.delays_acks = syn.dst_port in self.delayed_ack_ports
+        conn.fast_start = syn.dst_port in self.fast_start_ports
         conn.path = self._path_to(remote_address)
         conn.open_passive(syn)
         self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
