@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install test run run3 testnet bench bench-sim interop clean
+.PHONY: install test run run3 testnet bench bench-sim wan interop clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -54,6 +54,11 @@ testnet: $(BIN)/axl-node
 
 bench: $(BIN)/axl-node
 	$(PY) -m axl.bench
+
+# Two nodes far apart: their peering crosses a relay paced at 12.5 MB/s and
+# delayed to 50 and 200 ms RTT; beside Go AXL when AXL_GO_BIN_DIR has it.
+wan: $(BIN)/axl-node
+	$(PY) -m axl.bench.wan
 
 # The node against the reference Go programs (yggdrasil, yggdrasilctl, Go AXL)
 # in AXL_GO_BIN_DIR, by default ../shared/go-peers/bin (0.5.12) when it exists;

@@ -94,3 +94,14 @@ def test_table_shows_the_earlier_run_before_the_target():
     bulk_line = next(line for line in table.splitlines() if line.startswith("| bulk 1 hop"))
     assert [cell.strip() for cell in bulk_line.strip("|").split("|")][1:3] == ["12.5", "9.0"]
     assert table.splitlines()[-1] == "abc1234 uvloop: an earlier run"
+
+
+def test_quick_wan_bench_measures_every_figure_across_a_shaped_relay():
+    """`make wan` in its quick mode: two nodes across the paced, delayed relay."""
+    run = subprocess.run([sys.executable, "-m", "axl.bench.wan", "--quick", "--no-go"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    row = next(line for line in run.stdout.splitlines() if line.startswith("| ours |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == 9 and "nan" not in row
+    assert cells[-2:] == ["0", "0"], row

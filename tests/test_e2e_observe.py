@@ -107,6 +107,11 @@ def test_counters_move_with_relayed_traffic(trio) -> None:
     assert value(after["a"], "axl_peers", state="up") == 2
     assert value(after["b"], "axl_sessions") >= 1
     assert value(after["a"], "axl_link_rtt_seconds", peer=b.peer_id) > 0
+    assert value(after["b"], "axl_overlay_rtt_seconds", peer=c.peer_id) > 0
+    for name in ("axl_overlay_retransmits_total", "axl_overlay_timeouts_total"):
+        assert (name, (("peer", c.peer_id),)) in after["b"]
+    assert ("axl_peer_queue_bytes", (("peer", a.peer_id),)) in after["b"]
+    assert ("axl_peer_queue_bytes", (("peer", c.peer_id),)) in after["a"]
     assert value(after["a"], "process_resident_memory_bytes") > 0
     assert value(after["a"], "process_open_fds") > 0
 
@@ -207,6 +212,8 @@ def test_dashboard_json_describes_the_node(trio) -> None:
     destinations = {d["public_key"]: d for d in b.get_json("/dashboard/api/peers")["destinations"]}
     assert destinations[c.peer_id]["messages_sent"] >= 1
     assert destinations[c.peer_id]["mean_ack_ms"] > 0
+    assert destinations[c.peer_id]["overlay_rtt_ms"] > 0
+    assert destinations[c.peer_id]["retransmits"] >= 0 and destinations[c.peer_id]["timeouts"] >= 0
 
     topology = b.get_json("/dashboard/api/topology")
     tree_keys = {entry["public_key"] for entry in topology["tree"]}

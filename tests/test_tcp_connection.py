@@ -141,6 +141,7 @@ def test_retransmission_timer_doubles_then_gives_up_with_reset() -> None:
     gaps = [round(b - a, 6) for a, b in zip([1.0] + times, times)]
     assert gaps == [round(min(rto * 2 ** i, config.max_rto), 6) for i in range(6)]
     assert [type(e) for e in _events(client)] == [TimedOut]
+    assert client.path.timeouts == client.path.retransmits == 5
 
 
 def test_backoff_is_forgotten_once_new_data_is_acknowledged() -> None:
@@ -433,3 +434,31 @@ def test_acknowledgements_read_together_in_fast_recovery_leave_nothing_to_resend
         now += 0.01
     received = b"".join(bytes(e.data) for e in _events(server) if isinstance(e, DataReceived))
     assert received == data and client.unacknowledged == 0
+
+
+def test_a_queue_as_long_as_the_path_is_no_reason_to_time_out() -> None:
+    """Round trips of 0.2 s for a while (a long path, idle), then one of
+    0.39 s: a relay's queue filling as a transfer speeds up. The RTO keeps
+    min_rto of room above the smoothed RTT, so nothing is resent: a timeout
+    here would drop the window to one segment and halve ssthresh, and the
+    transfer would crawl in congestion avoidance for the rest of its life."""
+    client, server = _handshake()
+    now = 1.0
+    for _ in range(30):
+        client.send(b"q" * 100)
+        for segment in client.segments_to_send(now):
+            server.receive_segment(segment, now + 0.1)
+        for segment in server.segments_to_send(now + 0.1):
+            client.receive_segment(segment, now + 0.2)
+        now += 0.5
+    client.send(b"b" * 1000)
+    [sent] = client.segments_to_send(now)
+    late = now + 0.39
+    while (deadline := client.get_timer()) is not None and deadline <= late:
+        client.handle_timer(deadline)
+    assert client.segments_to_send(late) == []
+    assert client.path.timeouts == client.path.retransmits == 0
+    server.receive_segment(sent, now + 0.3)
+    for segment in server.segments_to_send(now + 0.3):
+        client.receive_segment(segment, late)
+    assert client.unacknowledged == 0

@@ -23,7 +23,7 @@ from axl.tcp.events import (
     TimedOut,
 )
 from axl.tcp.segment import ACK, RST, SYN, TcpSegment, decode_packet, encode_packet
-from axl.tcp.stack import TcpStack
+from axl.tcp.stack import MAX_PATHS, TcpStack
 
 A = bytes([0x02] + [0x11] * 15)
 B = bytes([0x02] + [0x22] * 15)
@@ -233,6 +233,11 @@ def test_several_connections_at_once_over_a_lossy_wire() -> None:
         own_address = A if conn.remote_address == B else B
         peer = by_tuple[(own_address, conn.local_port, conn.remote_port)]
         assert bytes(transfers.received[peer]) == payload
+    # The connections to one address share what they saw of the path (/metrics).
+    assert set(a.paths) == {B} and set(b.paths) == {A}
+    assert all(conn.path is a.paths[B] for conn in a.connections)
+    for stack, other in ((a, B), (b, A)):
+        assert stack.paths[other].retransmits > 0 and stack.paths[other].srtt is not None
 
 
 def _open(net: Network, transfers: Transfers, a: TcpStack) -> tuple[TcpConnection, TcpConnection]:
@@ -474,3 +479,17 @@ def test_a_syn_to_the_unchecksummed_port_of_a_checking_stack_is_refused_at_once(
     conn = a.connect(B, stream_port)
     net.run(lambda: Reset in transfers.kinds[conn])
     assert net.now < TcpConfig().initial_rto, "refused by the first SYN, not a retry"
+
+
+def test_path_stats_past_the_cap_forget_idle_addresses_not_a_live_connection() -> None:
+    """Many short-lived destinations (a client sending to ever new ids) must
+    not push a live connection's address out of `paths`: its counters would
+    go on in an object /metrics no longer shows."""
+    stack = TcpStack(A)
+    live = stack.connect(B, PORT)
+    for index in range(MAX_PATHS + 10):
+        stack.connect(bytes([0x03]) + index.to_bytes(15, "big"), PORT).abort()
+        for _ in stack.packets_to_send(0.0):
+            pass
+    assert len(stack.paths) == MAX_PATHS
+    assert stack.paths[B] is live.path

@@ -85,10 +85,9 @@ class BenchNode:
         assert self.process is not None
         return self.process.pid
 
-    def write_config(self) -> Path:
-        key_path = self.workdir / f"{self.name}.pem"
-        key_path.write_bytes(self.identity.pem())
-        config = {
+    def config(self, key_path: Path) -> dict:
+        """The node's config file."""
+        return {
             "PrivateKeyPath": str(key_path),
             "inbox_path": str(self.workdir / f"{self.name}.inbox.sqlite3"),
             "Listen": [self.listen_uri],
@@ -96,15 +95,24 @@ class BenchNode:
             "api_port": self.api_port,
             **self.settings,
         }
+
+    def launch(self) -> tuple[list[str] | None, list[str]]:
+        """The program (None: this project's node) and its arguments besides the config."""
+        return None, ["--log-level", "warning"]
+
+    def write_config(self) -> Path:
+        key_path = self.workdir / f"{self.name}.pem"
+        key_path.write_bytes(self.identity.pem())
         path = self.workdir / f"{self.name}.json"
-        path.write_text(json.dumps(config))
+        path.write_text(json.dumps(self.config(key_path)))
         return path
 
     def spawn(self) -> None:
         config_path = self.write_config()
         self.started_at = time.monotonic()
+        command, args = self.launch()
         self.process = spawn_node(config_path, self.workdir / f"{self.name}.log",
-                                  args=["--log-level", "warning"], env=child_env(self.loop))
+                                  command=command, args=args, env=child_env(self.loop))
 
     def log_tail(self) -> str:
         path = self.workdir / f"{self.name}.log"

@@ -338,7 +338,7 @@ class LoopBench:
             cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid))
             start = time.perf_counter()
             writing = asyncio.create_task(self._ws_write(outbound, frame, count))
-            acked = await self._ws_acks(outbound, count)
+            acked = await ws_acks(outbound, count)
             elapsed = time.perf_counter() - start
             await writing
             await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
@@ -366,17 +366,6 @@ class LoopBench:
     async def _ws_write(ws: aiohttp.ClientWebSocketResponse, frame: bytes, count: int) -> None:
         for _ in range(count):
             await ws.send_bytes(frame)
-
-    @staticmethod
-    async def _ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int) -> int:
-        """How many of `count` acks said 200."""
-        ok = 0
-        for _ in range(count):
-            message = await ws.receive()
-            if message.type != aiohttp.WSMsgType.TEXT:
-                raise RuntimeError(f"/ws sender got {message.type.name} instead of an ack")
-            ok += json.loads(message.data)["status"] == 200
-        return ok
 
     @staticmethod
     async def _ws_receive(ws: aiohttp.ClientWebSocketResponse, count: int, delivered: set[int]) -> None:
@@ -508,6 +497,21 @@ class LoopBench:
         async with self.http.get(f"{node.url}/recv?wait={wait:g}") as resp:
             body = await resp.read()
             return body if resp.status == 200 else None
+
+
+async def ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int,
+                  room: asyncio.Semaphore | None = None) -> int:
+    """How many of the next `count` /ws acks said 200; each releases `room`,
+    when given, for the writer that keeps frames in flight within it."""
+    ok = 0
+    for _ in range(count):
+        message = await ws.receive()
+        if message.type != aiohttp.WSMsgType.TEXT:
+            raise RuntimeError(f"/ws sender got {message.type.name} instead of an ack")
+        ok += json.loads(message.data)["status"] == 200
+        if room is not None:
+            room.release()
+    return ok
 
 
 async def run_loop(loop: str, sizes: Sizes) -> dict[str, float]:

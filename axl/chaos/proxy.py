@@ -3,13 +3,17 @@
 A proxy forwards each link byte for byte; a mangler rewrites the stream in
 one direction (flips bits, reorders or replays frames) past the meta
 handshake, so the node's decoders and end-to-end checks face hostile links.
+A proxy given a PathShape instead plays a long path: each direction is paced
+behind a bounded queue and delayed (`make wan`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,6 +27,13 @@ from axl.wire import DecodeError
 
 HANDSHAKE_BYTES_SPARED = 512
 PROXY_READ_CHUNK = 64 * 1024
+SHAPED_READ_CHUNK = 16 * 1024
+"""A shaped direction paces in chunks of at most this much (1.3 ms at 12.5 MB/s)."""
+PACING_SLACK = 0.005
+"""How far a shaped direction may fall behind its line's schedule and still catch up."""
+SHAPED_SOCKET_BUFFER = 64 * 1024
+"""The kernel buffers of a shaped proxy's sockets: small, so that the queue a
+sender meets is the PathShape's and not loopback's megabytes."""
 
 
 Mangler = Callable[[bytes], bytes]
@@ -88,6 +99,98 @@ class Reorderer(_ChunkCounter):
         return chunk
 
 
+@dataclass(frozen=True)
+class PathShape:
+    """A long path between two nodes, the same in both directions: bytes
+    leave a queue of at most `queue_bytes` at `rate` bytes/s and arrive
+    `one_way` seconds later. A full queue is not read, so the sender feels
+    back-pressure as behind a router, and nothing is dropped."""
+
+    one_way: float
+    rate: float
+    queue_bytes: int
+
+    @classmethod
+    def of(cls, rtt: float, rate: float) -> "PathShape":
+        """A path of round trip `rtt` whose queue holds one bandwidth-delay product."""
+        return cls(rtt / 2, rate, max(SHAPED_READ_CHUNK, int(rate * rtt)))
+
+
+class _ShapedDirection:
+    """One direction of a shaped connection: the router queue, the pacing
+    out of it, and the propagation delay after it."""
+
+    def __init__(self, shape: PathShape, writer: asyncio.StreamWriter) -> None:
+        self.shape = shape
+        self.writer = writer
+        self.queue: deque[bytes] = deque()
+        self.queued = 0
+        self.changed = asyncio.Event()
+        self.on_wire: deque[tuple[float, bytes]] = deque()
+        self.sent = asyncio.Event()
+
+    async def run(self, reader: asyncio.StreamReader) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for work in (self._enqueue(reader), self._pace(), self._deliver()):
+                    group.create_task(work)
+        except* (ConnectionError, OSError):
+            pass
+        finally:
+            self.writer.close()
+
+    async def _enqueue(self, reader: asyncio.StreamReader) -> None:
+        while chunk := await reader.read(SHAPED_READ_CHUNK):
+            while self.queued >= self.shape.queue_bytes:
+                self.changed.clear()
+                await self.changed.wait()
+            self.queue.append(chunk)
+            self.queued += len(chunk)
+            self.changed.set()
+        self.queue.append(b"")
+        self.changed.set()
+
+    async def _pace(self) -> None:
+        """Each chunk leaves when the line has carried the ones before it; a
+        timer that fires late is caught up (within PACING_SLACK) rather than
+        lost, so the line keeps its rate on a busy machine."""
+        loop = asyncio.get_running_loop()
+        free_at = loop.time()
+        while True:
+            while not self.queue:
+                self.changed.clear()
+                await self.changed.wait()
+            chunk = self.queue[0]
+            free_at = max(free_at, loop.time() - PACING_SLACK) + len(chunk) / self.shape.rate
+            await asyncio.sleep(free_at - loop.time())
+            self.queue.popleft()
+            self.queued -= len(chunk)
+            self.changed.set()
+            self.on_wire.append((free_at + self.shape.one_way, chunk))
+            self.sent.set()
+            if not chunk:
+                return
+
+    async def _deliver(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self.on_wire:
+                self.sent.clear()
+                await self.sent.wait()
+            due, chunk = self.on_wire.popleft()
+            await asyncio.sleep(due - loop.time())
+            if not chunk:
+                return
+            self.writer.write(chunk)
+
+
+def _small_buffers(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SHAPED_SOCKET_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SHAPED_SOCKET_BUFFER)
+
+
 @dataclass
 class _Pipe:
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
@@ -127,9 +230,11 @@ class LinkProxy:
     other threads.
     """
 
-    def __init__(self, target_port: int, mangler: ManglerFactory | None = None) -> None:
+    def __init__(self, target_port: int, mangler: ManglerFactory | None = None,
+                 shape: PathShape | None = None) -> None:
         self.target_port = target_port
         self.mangler = mangler
+        self.shape = shape
         self.port = 0
         self.is_cut = False
         self.connections = 0
@@ -153,8 +258,14 @@ class LinkProxy:
         pipe = _Pipe([writer, up_writer])
         self._pipes.append(pipe)
         try:
-            await asyncio.gather(self._copy(reader, up_writer, self.mangler and self.mangler()),
-                                 self._copy(up_reader, writer, self.mangler and self.mangler()))
+            if self.shape is not None:
+                for each in (writer, up_writer):
+                    _small_buffers(each)
+                await asyncio.gather(_ShapedDirection(self.shape, up_writer).run(reader),
+                                     _ShapedDirection(self.shape, writer).run(up_reader))
+            else:
+                await asyncio.gather(self._copy(reader, up_writer, self.mangler and self.mangler()),
+                                     self._copy(up_reader, writer, self.mangler and self.mangler()))
         finally:
             self._close(pipe)
 
@@ -208,8 +319,9 @@ class ProxyHub:
         future: Future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(timeout=10)
 
-    def add(self, target_port: int, mangler: ManglerFactory | None = None) -> LinkProxy:
-        proxy = LinkProxy(target_port, mangler)
+    def add(self, target_port: int, mangler: ManglerFactory | None = None,
+            shape: PathShape | None = None) -> LinkProxy:
+        proxy = LinkProxy(target_port, mangler, shape)
         self._run(proxy.start())
         self.proxies.append(proxy)
         return proxy

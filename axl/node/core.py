@@ -97,12 +97,14 @@ class NodeCore:
         # Received bytes hold the window until the message layer has them
         # processed (receive back-pressure against a busy application).
         # The message stream also delays its ACKs: the stream acknowledgements
-        # flowing back carry them (docs/protocol.md, section 11).
+        # flowing back carry them (docs/protocol.md, section 11); and it starts
+        # with a large congestion window (TcpConfig.fast_start_window).
         stream_ports = frozenset({settings.stream_port}) if settings.streams else frozenset()
         self.stack = TcpStack(identity.address, max_connections=max_connections,
                               config=TcpConfig(hold_until_consumed=True),
                               verify_checksums=False, rng=rng,
-                              unchecksummed_ports=stream_ports, delayed_ack_ports=stream_ports)
+                              unchecksummed_ports=stream_ports, delayed_ack_ports=stream_ports,
+                              fast_start_ports=stream_ports)
         self.messages = MessageLayer(self.stack, settings, rng=rng)
         self._pending: deque[Any] = deque()
         self._writes: list[LinkWrite] = []
@@ -264,14 +266,16 @@ class NodeCore:
     # -- time -----------------------------------------------------------
 
     def get_timer(self) -> float | None:
-        timers = [t for t in (self._next_tick, self.stack.get_timer(), self.messages.get_timer())
-                  if t is not None]
+        timers = [t for t in (self._next_tick, self.router.settle_at, self.stack.get_timer(),
+                              self.messages.get_timer()) if t is not None]
         return min(timers)
 
     def handle_timer(self, now: float) -> None:
         if now >= self._next_tick:
             self._next_tick = max(self._next_tick + TICK_INTERVAL, now)
             self._tick(now)
+        if self.router.settle_at is not None and now >= self.router.settle_at:
+            self.apply(self.router.settle(now), now)
         self.stack.handle_timer(now)
         self.messages.handle_timer(now)
         self.apply([], now)

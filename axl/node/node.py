@@ -25,7 +25,7 @@ from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPA
 from axl.config import ConfigError, NodeConfig
 from axl.datagrams.layer import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
 from axl.errors import DeliveryError
-from axl.identity import NodeIdentity, format_address
+from axl.identity import NodeIdentity, address_for_key, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.multicast import Discovery, InterfaceReport
 from axl.link.uri import URIError, parse_listen_uri, parse_peer_uri
@@ -40,6 +40,7 @@ from axl.node.messages import (
 from axl.routing import PathReport, SendFrame, TreeEntry
 from axl.sessions import SessionReport
 from axl.tasks import start_task
+from axl.tcp.recovery import PathStats
 
 log = logging.getLogger("axl.node")
 
@@ -464,6 +465,14 @@ class Node:
             BudgetUse("ws_message_bytes", "link", WS_MAX_MESSAGE, None,
                       self.link_manager.refusals["ws_message_bytes"]),
         ]
+
+    def overlay_paths(self) -> list[tuple[str, PathStats]]:
+        """What the overlay TCP saw on its way to each remote node it talked
+        to recently: labelled by the node's key when the destination table
+        still holds it, else by its overlay address."""
+        keys = {address_for_key(key): key.hex() for key, _ in self.stats.destination_entries()}
+        return [(keys.get(address) or format_address(address), path)
+                for address, path in list(self.core.stack.paths.items())]
 
     def listener_counts(self) -> ListenerCounts:
         return replace(self.core.messages.listener, rejects=self.core.stack.refused_over_cap)

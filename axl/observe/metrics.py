@@ -24,6 +24,7 @@ from axl import __version__
 from axl.adapters.counts import AdapterCounts
 from axl.node.stats import Histogram, NodeStats
 from axl.observe.httpstats import HttpStats
+from axl.observe.report import queued_by_peer
 from axl.observe.view import ObservedNode
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
@@ -130,6 +131,21 @@ class NodeCollector:
             for status, count in sorted(entry.failures.items()):
                 failures.add_metric([key.hex(), str(status)], count)
         yield from (messages, failures)
+        rtt = GaugeMetricFamily("axl_overlay_rtt_seconds",
+                                "Smoothed round-trip time the overlay TCP measured to each remote node.",
+                                labels=["peer"])
+        retransmits = CounterMetricFamily("axl_overlay_retransmits",
+                                          "Overlay TCP segments sent again to each remote node.",
+                                          labels=["peer"])
+        timeouts = CounterMetricFamily("axl_overlay_timeouts",
+                                       "Overlay TCP retransmission timeouts toward each remote node.",
+                                       labels=["peer"])
+        for label, path in self.node.overlay_paths():
+            if path.srtt is not None:
+                rtt.add_metric([label], path.srtt)
+            retransmits.add_metric([label], path.retransmits)
+            timeouts.add_metric([label], path.timeouts)
+        yield from (rtt, retransmits, timeouts)
 
     def _queues(self) -> Iterator[Metric]:
         node = self.node
@@ -143,6 +159,12 @@ class NodeCollector:
         yield GaugeMetricFamily("axl_link_queue_bytes",
                                 "Traffic bytes queued on peerings under back-pressure.",
                                 value=sum(link.queued_bytes for link in list(node.links.values())))
+        per_peer = GaugeMetricFamily("axl_peer_queue_bytes",
+                                     "Traffic bytes queued under back-pressure on each peering.",
+                                     labels=["peer"])
+        for key, value in queued_by_peer(node).items():
+            per_peer.add_metric([key.hex()], value)
+        yield per_peer
         yield GaugeMetricFamily("axl_sessions", "End-to-end encrypted sessions held.",
                                 value=node.session_count())
 

@@ -14,6 +14,7 @@ from axl.identity import format_address
 from axl.node.stats import DestinationStats, Histogram, PeerStats
 from axl.observe.series import Reading, resident_bytes
 from axl.observe.view import ObservedNode
+from axl.tcp.recovery import PathStats
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -79,13 +80,20 @@ def snapshot(node: ObservedNode, adapters: AdapterCounts, now: float) -> dict:
     }
 
 
+def queued_by_peer(node: ObservedNode) -> dict[bytes, int]:
+    """Traffic bytes each peer's links hold under back-pressure."""
+    queued: dict[bytes, int] = {}
+    for link in list(node.links.values()):
+        queued[link.remote_key] = queued.get(link.remote_key, 0) + link.queued_bytes
+    return queued
+
+
 def peers(node: ObservedNode) -> dict:
     """Direct peerings (configured, inbound, and recently seen ones) and remote destinations."""
     stats = node.stats
     rtts = {link.remote_key: link.rtt() for link in list(node.links.values())}
-    queued: dict[bytes, int] = {}
-    for link in list(node.links.values()):
-        queued[link.remote_key] = queued.get(link.remote_key, 0) + link.queued_bytes
+    queued = queued_by_peer(node)
+    paths = dict(node.overlay_paths())
     rows, listed = [], set()
     for entry in node.topology()["peers"]:
         key = bytes.fromhex(entry["public_key"]) if entry["public_key"] else b""
@@ -99,7 +107,8 @@ def peers(node: ObservedNode) -> dict:
             rows.append(_peering(key.hex(), "", "", False, False, peer, None, 0))
     return {
         "peerings": rows,
-        "destinations": [_destination(key, entry) for key, entry in stats.destination_entries()],
+        "destinations": [_destination(key, entry, paths.get(key.hex()))
+                         for key, entry in stats.destination_entries()],
     }
 
 
@@ -124,7 +133,7 @@ def _peering(key: str, name: str, uri: str, up: bool, inbound: bool, peer: PeerS
     }
 
 
-def _destination(key: bytes, entry: DestinationStats) -> dict:
+def _destination(key: bytes, entry: DestinationStats, path: PathStats | None) -> dict:
     return {
         "public_key": key.hex(),
         "messages_sent": entry.messages_sent,
@@ -135,6 +144,9 @@ def _destination(key: bytes, entry: DestinationStats) -> dict:
         "last_ack_ms": _ms(entry.last_ack_seconds),
         "mean_ack_ms": _ms(entry.mean_ack_seconds),
         "failures": {str(status): count for status, count in sorted(entry.failures.items())},
+        "overlay_rtt_ms": _ms(path.srtt if path is not None else None),
+        "retransmits": path.retransmits if path is not None else 0,
+        "timeouts": path.timeouts if path is not None else 0,
     }
 
 

@@ -9,6 +9,7 @@ from axl.identity import NodeIdentity
 from axl.link.connection import Link
 from axl.node.inbox import Inbox
 from axl.node.stats import ListenerCounts, NodeStats
+from axl.tcp.recovery import PathStats
 
 
 class ObservedNode(Protocol):
@@ -23,3 +24,5 @@ class ObservedNode(Protocol):
     def session_count(self) -> int: ...
 
     def listener_counts(self) -> ListenerCounts: ...
+
+    def overlay_paths(self) -> list[tuple[str, PathStats]]: ...

@@ -72,6 +72,10 @@ class _Rumor:
     expires: float
     cached: Traffic | None = None
     retries: int = 0
+    unheard: bool = False
+    """Its last lookup reached no peer: no bloom filter matched yet."""
+    dest: bytes = b""
+    """The key (or partial key) its last lookup asked for."""
 
 
 
@@ -100,13 +104,14 @@ class Pathfinder:
         """Each known path with the sequence number of the notify that gave it."""
         return [PathReport(key, list(info.path), info.seq) for key, info in self.paths.items()]
 
-    def handle_lookup(self, from_key: bytes, lookup: PathLookup) -> None:
-        """Multicast along the tree where blooms match, and answer if xform(dest) is ours."""
+    def handle_lookup(self, from_key: bytes, lookup: PathLookup) -> bool:
+        """Multicast along the tree where blooms match, and answer if xform(dest)
+        is ours; whether it went anywhere."""
         xdest = bloom_transform(lookup.dest)
-        self.router.send_to_tree_peers(TYPE_PATH_LOOKUP, lookup.encode(), key_mask(xdest), from_key,
-                                       lookup.dest, lookup.source)
+        sent = self.router.send_to_tree_peers(TYPE_PATH_LOOKUP, lookup.encode(), key_mask(xdest),
+                                              from_key, lookup.dest, lookup.source)
         if xdest != self.router.xform:
-            return
+            return sent > 0
         seq = int(self._wall_clock() if self._wall_clock is not None else self._now)
         path = self.router.coords()
         if (seq, path) != (self._notify_seq, self._notify_path):
@@ -117,6 +122,7 @@ class Pathfinder:
             self._notify_seq, list(self._notify_path), self._notify_sig,
         )
         self.handle_notify(notify)
+        return True
 
     def handle_notify(self, notify: PathNotify) -> None:
         if self.router.forward(notify, TYPE_PATH_NOTIFY):
@@ -181,7 +187,9 @@ class Pathfinder:
             return
         else:
             self.rumors[xform] = _Rumor(self._now, self._now + PATH_TIMEOUT)
-        self._send_lookup(dest)
+        rumor = self.rumors[xform]
+        rumor.dest = dest
+        rumor.unheard = not self._send_lookup(dest)
 
     def retry_waiting_rumors(self) -> None:
         """Re-send the lookup of a rumor that still holds a packet, once a
@@ -202,14 +210,25 @@ class Pathfinder:
             if self._now - rumor.send_time >= PATH_THROTTLE:
                 rumor.retries += 1
                 rumor.send_time = self._now
-                self._send_lookup(rumor.cached.dest)
+                rumor.unheard = not self._send_lookup(rumor.cached.dest)
 
-    def _send_lookup(self, dest: bytes) -> None:
-        """Throttled only against the path's creation time, as Go does (so PathBroken re-looks up)."""
+    def retry_unheard_rumors(self) -> None:
+        """Send again, at once, the lookups that reached no peer (the router
+        calls this when the tree or the bloom filters changed): no peer saw
+        them, so the throttle that spares peers does not apply."""
+        for rumor in list(self.rumors.values()):
+            if rumor.unheard:
+                rumor.send_time = self._now
+                rumor.unheard = not self._send_lookup(rumor.dest)
+
+    def _send_lookup(self, dest: bytes) -> bool:
+        """Throttled only against the path's creation time, as Go does (so
+        PathBroken re-looks up); whether a lookup reached a peer (or was
+        throttled: one did before)."""
         info = self.paths.get(dest)
         if info is not None and self._now - info.req_time < PATH_THROTTLE:
-            return
-        self.handle_lookup(self.router.key, PathLookup(self.router.key, dest, self.router.coords()))
+            return True
+        return self.handle_lookup(self.router.key, PathLookup(self.router.key, dest, self.router.coords()))
 
     def reset_timeout(self, key: bytes) -> None:
         info = self.paths.get(key)

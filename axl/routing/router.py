@@ -55,6 +55,11 @@ from axl.wire import MAX_FRAME, DecodeError, encode_frame
 ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
 BLOOM_RESEND_TICKS = 3600
+SETTLE_DELAY = 0.02
+"""How soon after a tree frame (SigRes, Announce, Bloom) the router sends
+what it changes, instead of at the next 1-second tick; also the most often
+a peer's frames can make it do so."""
+TREE_SETTLING_TYPES = frozenset((TYPE_SIGRES, TYPE_ANNOUNCE, TYPE_BLOOM))
 UNKNOWN_LAG_NS = (1 << 32) - 1
 # Destinations whose next hop is remembered (all forgotten at once past this).
 HOP_CACHE_SIZE = 4096
@@ -159,6 +164,8 @@ class Router:
         self._refresh = False
         self._do_root1 = False
         self._do_root2 = False
+        self.settle_at: float | None = None
+        """When `settle` is due: a tree frame arrived since the last one."""
         self.lookups_dropped = 0  # over a peer's LOOKUP_RATE budget
         self.infos_refused = 0  # new keys from a peer at its MAX_INFOS_PER_PEER
         self.oversized_dropped = 0  # frames we built over MAX_FRAME
@@ -217,6 +224,8 @@ class Router:
         if handler is None:
             raise DecodeError(f"unknown frame type {ftype}")
         handler(self, link, body)
+        if ftype in TREE_SETTLING_TYPES and self.settle_at is None:
+            self.settle_at = now + SETTLE_DELAY
         return self._flush()
 
     def tick(self, now: float) -> list[Action]:
@@ -232,6 +241,25 @@ class Router:
         self._fix_on_tree()
         self._send_all_blooms()
         self._pathfinder.retry_waiting_rumors()
+        return self._flush()
+
+    def settle(self, now: float) -> list[Action]:
+        """The tick's tree steps, run SETTLE_DELAY after tree frames arrived
+        instead of waiting for the tick: a better parent is taken, and the
+        announces and bloom filters that follow go out, then the lookups
+        that no peer has seen yet (the filters matched nobody) go again.
+
+        A peering's tree then forms in a few round trips, not in one step
+        per tick (3-4 s). Peers see the same frames as from the tick, only
+        sooner; self-rooting keeps its two ticks, and the tick's resends
+        and retries keep their pace."""
+        self._now = now
+        self.settle_at = None
+        self._fix(prompt=True)
+        self._send_announces()
+        self._fix_on_tree()
+        self._send_all_blooms(tick=False)
+        self._pathfinder.retry_unheard_rumors()
         return self._flush()
 
     def send(self, dest_key: bytes, payload: bytes, now: float) -> list[Action]:
@@ -330,11 +358,15 @@ class Router:
         self._out.append(action)
 
     def send_to_tree_peers(self, ftype: int, body: bytes, mask: bytes, exclude: bytes,
-                           dest: bytes, source: bytes) -> None:
-        """Queue a frame to every on-tree peer but `exclude` whose bloom filter matches `mask`."""
+                           dest: bytes, source: bytes) -> int:
+        """Queue a frame to every on-tree peer but `exclude` whose bloom filter
+        matches `mask`; how many that was."""
+        sent = 0
         for peer in self._peers.values():
             if peer.on_tree and peer.key != exclude and matches_mask(peer.bloom_recv, mask):
                 self._send_queued(peer.best_link(), ftype, body, dest, source)
+                sent += 1
+        return sent
 
     def forward(self, message: PathNotify | PathBroken, ftype: int) -> bool:
         """Send `message` one greedy hop along its path, with the watermark
@@ -554,8 +586,14 @@ class Router:
     def _peer_cost(self, peer: _Peer, depth: int) -> int:
         return min(depth * link.cost() for link in peer.links.values())
 
-    def _fix(self) -> None:
-        """Parent selection: lower root first, then cost; two-step self-rooting."""
+    def _fix(self, prompt: bool = False) -> None:
+        """Parent selection: lower root first, then cost; two-step self-rooting
+        (only at ticks). A `prompt` fix only takes a better parent, and only
+        once every peer has answered and announced itself: choosing among
+        some would keep the first to answer where the tick picks the cheapest."""
+        if prompt and any(peer.response is None or peer.key not in self.infos
+                          for peer in self._peers.values()):
+            return
         me = self.infos[self.key]
         best_root, best_parent, best_cost = self.key, self.key, MAX_WATERMARK
         current = self._peers.get(me.parent)
@@ -583,6 +621,8 @@ class Router:
             if (self._refresh and cost * 2 < best_cost) or (best_parent != me.parent and cost < best_cost):
                 best_root, best_parent, best_cost = root, peer.key, cost
         if not (self._refresh or self._do_root1 or self._do_root2 or me.parent != best_parent):
+            return
+        if prompt and (best_parent == me.parent or best_root == self.key):
             return
         best = self._peers.get(best_parent)
         response = best.response if best is not None else None
@@ -672,15 +712,16 @@ class Router:
                 for link in peer.links.values():
                     self._send_tree(link, TYPE_BLOOM, peer.bloom_sent.encode())
 
-    def _send_all_blooms(self) -> None:
-        """Exact filters: {xform(self)} plus what the other on-tree peers told us."""
+    def _send_all_blooms(self, tick: bool = True) -> None:
+        """Exact filters: {xform(self)} plus what the other on-tree peers told
+        us; each is resent unchanged every BLOOM_RESEND_TICKS ticks."""
         on_tree = [peer for peer in self._peers.values() if peer.on_tree]
         for peer in on_tree:
             fresh = BloomFilter(self._xform_mask)
             for other in on_tree:
                 if other is not peer:
                     fresh.update(other.bloom_recv)
-            peer.bloom_ticks += 1
+            peer.bloom_ticks += tick
             if fresh != peer.bloom_sent or peer.bloom_ticks >= BLOOM_RESEND_TICKS:
                 peer.bloom_sent = fresh
                 peer.bloom_ticks = 0

@@ -8,6 +8,7 @@ say how long to wait for an acknowledgement and how much may be in flight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +21,17 @@ _INFINITE_SSTHRESH = 1 << 62
 def initial_window(mss: int) -> int:
     """RFC 6928 initial congestion window."""
     return min(10 * mss, max(2 * mss, 14600))
+
+
+@dataclass
+class PathStats:
+    """What the connections to one remote address saw of the path, summed
+    over them all (the stack shares one per address): the latest smoothed
+    RTT, segments sent again, and retransmission timeouts. For /metrics."""
+
+    srtt: float | None = None
+    retransmits: int = 0
+    timeouts: int = 0
 
 
 class RttEstimator:
@@ -61,15 +73,14 @@ class RttEstimator:
         self.backoff = 0
 
     def sample(self, rtt: float) -> None:
-        """RFC 6298 section 2, with a floor suited to the overlay."""
+        """RFC 6298 section 2, the variance term floored at min_rto (TcpConfig)."""
         if self.srtt is None:
             self.srtt = rtt
             self.rttvar = rtt / 2
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        rto = self.srtt + max(0.001, 4 * self.rttvar)
-        self.base = min(self.max_rto, max(self.min_rto, rto))
+        self.base = min(self.max_rto, self.srtt + max(self.min_rto, 4 * self.rttvar))
 
     def established(self) -> None:
         """The handshake finished: no backoff, and no handshake-inflated base without a sample."""
@@ -97,8 +108,8 @@ class NewReno:
         # a partial acknowledgement in recovery, or after a timeout).
         self.retransmit_head = False
 
-    def start(self, mss: int) -> None:
-        self.cwnd = initial_window(mss)
+    def start(self, mss: int, at_least: int = 0) -> None:
+        self.cwnd = max(initial_window(mss), at_least)
 
     def on_new_ack(self, acked: int, snd_una: int, snd_max: int, mss: int) -> None:
         self.dupacks = 0

@@ -12,15 +12,19 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from axl.tcp.connection import State, TcpConfig, TcpConnection
 from axl.tcp.events import TcpEvent
+from axl.tcp.recovery import PathStats
 from axl.tcp.segment import ACK, RST, SYN, TcpSegment, decode_packet, encode_packet
 
 EPHEMERAL_PORTS = range(49152, 65536)
 DEFAULT_MAX_CONNECTIONS = 128
+MAX_PATHS = 256
+"""Remote addresses whose PathStats the stack keeps (more only while that
+many have live connections)."""
 
 ConnectionKey = tuple[bytes, int, int]
 """(remote address, remote port, local port); the local address is the stack's."""
@@ -40,7 +44,8 @@ class TcpStack:
                  rng: random.Random | None = None, hop_limit: int = 64,
                  verify_checksums: bool = True,
                  unchecksummed_ports: frozenset[int] = frozenset(),
-                 delayed_ack_ports: frozenset[int] = frozenset()) -> None:
+                 delayed_ack_ports: frozenset[int] = frozenset(),
+                 fast_start_ports: frozenset[int] = frozenset()) -> None:
         if len(local_address) != 16:
             raise ValueError("local address must be 16 bytes")
         self.local_address = local_address
@@ -56,6 +61,8 @@ class TcpStack:
         self.unchecksummed_ports = unchecksummed_ports
         # Connections to or from these ports delay their ACKs (TcpConfig.ack_delay).
         self.delayed_ack_ports = delayed_ack_ports
+        # Connections to or from these ports start with TcpConfig.fast_start_window.
+        self.fast_start_ports = fast_start_ports
         self._rng = rng or random.SystemRandom()
         self._iss_secret = self._rng.getrandbits(128).to_bytes(16, "big")
         self._connections: dict[ConnectionKey, TcpConnection] = {}
@@ -68,6 +75,9 @@ class TcpStack:
         self._touched: dict[TcpConnection, None] = {}
         self._deadlines: dict[TcpConnection, float] = {}
         self.refused_over_cap = 0  # SYNs reset because max_connections were accepted
+        # What the connections to each remote address saw of the path, for
+        # the most recent MAX_PATHS addresses (kept after their connections end).
+        self.paths: OrderedDict[bytes, PathStats] = OrderedDict()
 
     # ------------------------------------------------------------- application
 
@@ -94,6 +104,8 @@ class TcpStack:
                              self.config, self._choose_mss(remote_address, mss), self._events,
                              self._touched)
         conn.delays_acks = remote_port in self.delayed_ack_ports
+        conn.fast_start = remote_port in self.fast_start_ports
+        conn.path = self._path_to(remote_address)
         conn.open_active()
         self._connections[(remote_address, remote_port, local_port)] = conn
         return conn
@@ -114,6 +126,19 @@ class TcpStack:
         for conn in self._connections.values():
             if conn.remote_address == remote_address:
                 conn.retransmit_now(now)
+
+    def _path_to(self, remote_address: bytes) -> PathStats:
+        """The shared PathStats of `remote_address`, made the most recent.
+        Past MAX_PATHS the least recent address without a live connection
+        is forgotten: one with a connection keeps counting where it is shown."""
+        path = self.paths.pop(remote_address, None) or PathStats()
+        self.paths[remote_address] = path
+        if len(self.paths) > MAX_PATHS:
+            live = {conn.remote_address for conn in self._connections.values()}
+            idle = next((address for address in self.paths if address not in live), None)
+            if idle is not None:
+                del self.paths[idle]
+        return path
 
     @property
     def connections(self) -> list[TcpConnection]:
@@ -238,6 +263,8 @@ class TcpStack:
                              self._choose_mss(remote_address, self._listeners[syn.dst_port]),
                              self._events, self._touched)
         conn.delays_acks = syn.dst_port in self.delayed_ack_ports
+        conn.fast_start = syn.dst_port in self.fast_start_ports
+        conn.path = self._path_to(remote_address)
         conn.open_passive(syn)
         self._connections[(remote_address, syn.src_port, syn.dst_port)] = conn
 

@@ -124,7 +124,7 @@ function renderPeers(data) {
       [p.up ? "up" : "down", p.up ? "up" : "down"], p.inbound ? "in" : "out", p.uri || "—",
       p.up_since ? duration(now - p.up_since) : "—",
       [p.rtt_ms === null ? "—" : p.rtt_ms.toFixed(2) + " ms", "num"],
-      [bytes(p.bytes_in), "num"], [bytes(p.bytes_out), "num"],
+      [bytes(p.queued_bytes), "num"], [bytes(p.bytes_in), "num"], [bytes(p.bytes_out), "num"],
       [p.frames_in + " / " + p.frames_out, "num"], [p.reconnects, "num"], p.last_reason || "",
     ]);
     body.appendChild(row);
@@ -136,8 +136,11 @@ function renderPeers(data) {
     row.appendChild(el("td", { class: "key", title: d.public_key }, short(d.public_key)));
     const failures = Object.entries(d.failures).map(([code, n]) => code + "×" + n).join(" ") || "—";
     const ack = d.last_ack_ms === null ? "—" : d.last_ack_ms.toFixed(1) + " / " + d.mean_ack_ms.toFixed(1) + " ms";
+    const overlay = d.overlay_rtt_ms === null ? "—"
+      : d.overlay_rtt_ms.toFixed(1) + " ms · " + d.retransmits + " / " + d.timeouts;
     fillRow(row, [[d.messages_sent, "num"], [bytes(d.bytes_sent), "num"], [d.messages_received, "num"],
-                  [bytes(d.bytes_received), "num"], [ack, "num"], failures, clock(d.last_seen)]);
+                  [bytes(d.bytes_received), "num"], [ack, "num"], [overlay, "num"], failures,
+                  clock(d.last_seen)]);
     dests.appendChild(row);
   }
 }
