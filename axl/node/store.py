@@ -451,6 +451,11 @@ def _check(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
 
 def _set_modes(db: sqlite3.Connection, path: Path, sync: str) -> None:
     try:
+        # A new file's switch to WAL is a commit in the rollback journal,
+        # flushed to the disk as it ends: behind other programs' writes that
+        # held the node's start-up for seconds. "normal" promises to survive
+        # a crash of the process, not of the machine, so it need not wait.
+        db.execute("PRAGMA synchronous = OFF" if sync == "normal" else "PRAGMA synchronous = FULL")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {sync.upper()}")
         # Checkpoints flush to disk: the node runs them itself, off the event loop.
