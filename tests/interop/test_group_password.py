@@ -33,10 +33,20 @@ def peerings_up(go, ours) -> None:
         assert node.up_peer_keys() == {go.peer_id}, f"{node.name}'s peering"
 
 
+def node_info_name(go, key: str) -> str | None:
+    """The name in a node's NodeInfo as the router's getNodeInfo answers, or
+    None while the router cannot reach it (yggdrasilctl's own timeout)."""
+    try:
+        return go.ctl("getNodeInfo", f"key={key}")[key]["name"]
+    except RuntimeError:
+        return None
+
+
 def test_the_same_password_reaches_through_the_router(network):
     go, ours = network
     a, c = ours["a"], ours["c"]
-    assert go.ctl("getNodeInfo", f"key={a.peer_id}")[a.peer_id]["name"] == "a"
+    # right after the peerings come up the router may not have a's path yet
+    wait_until(lambda: node_info_name(go, a.peer_id) == "a", 45, what="the router's getNodeInfo of a")
     status, _, text = a.send(c.peer_id, b"within the group", timeout=40)
     assert status == 200, text
     status, headers, body = c.recv(wait=20)
