@@ -41,7 +41,6 @@ WS_RECV_WINDOW = 1024
 STEP_DEADLINE = 120.0
 GO_RECV_POLL = 0.01
 """Go AXL's /recv answers at once: the bench polls it this often."""
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,11 @@ class Work:
 
 
 def go_axl_binary() -> Path | None:
-    """Go AXL's axl-node in AXL_GO_BIN_DIR (default ../shared/go-peers/bin), if it is there."""
-    folder = Path(os.environ.get("AXL_GO_BIN_DIR") or REPO.parent / "shared" / "go-peers" / "bin")
-    binary = folder / "axl-node"
+    """Go AXL's axl-node in AXL_GO_BIN_DIR (`make wan` sets it as `make interop` does), if it is there."""
+    folder = os.environ.get("AXL_GO_BIN_DIR")
+    if not folder:
+        return None
+    binary = Path(folder) / "axl-node"
     return binary if os.access(binary, os.X_OK) else None
 
 
@@ -355,7 +356,7 @@ async def run(work: Work, with_go: bool, only: str | None = None) -> list[str]:
             tables.append(render(profile, rows))
             print(tables[-1] + "\n", flush=True)
     if with_go and go_binary is None:
-        print("Go AXL: skipped (no axl-node in AXL_GO_BIN_DIR or ../shared/go-peers/bin)")
+        print("Go AXL: skipped (no axl-node in AXL_GO_BIN_DIR)")
     return tables
 
 
