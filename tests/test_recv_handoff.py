@@ -22,8 +22,10 @@ from collections import Counter
 import aiohttp
 import pytest
 
+from axl.bridge.front import write_answer
 from axl.bridge.handoff import Handoff
 from axl.node.inbox import Inbox
+from fuzzing import peak_allocation
 from nodes import Cluster, drain, lone_node, metric_samples, polls_waiting, wait_until
 
 SENDER = b"\x01" * 32
@@ -158,6 +160,32 @@ def test_an_answer_that_could_not_be_written_is_withdrawn_once() -> None:
     assert not handoff.withdraw("m1")
     handoff.written("m2")
     assert handoff.broken() == ["m2"] and not handoff.withdraw("m2")
+
+
+# -- writing the answer ---------------------------------------------------------
+
+
+def test_a_large_answer_is_copied_once_on_the_standard_loop() -> None:
+    """A 16 MiB /recv answer on the standard asyncio loop: what the socket
+    does not take at once is buffered, one copy; not joined to its head and
+    sliced first (three copies on the event loop, as `writelines` did)."""
+    body = bytes(16 << 20)
+
+    async def write() -> int:
+        ours, theirs = socket.socketpair()
+        transport, _ = await asyncio.get_running_loop().connect_accepted_socket(asyncio.Protocol, ours)
+        try:
+            return peak_allocation(lambda: write_answer(transport, b"HTTP/1.1 200 OK\r\n\r\n", body))
+        finally:
+            transport.abort()
+            theirs.close()
+
+    loop = asyncio.SelectorEventLoop()
+    try:
+        peak = loop.run_until_complete(write())
+    finally:
+        loop.close()
+    assert peak < 1.5 * len(body)
 
 
 # -- real nodes -----------------------------------------------------------------

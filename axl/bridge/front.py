@@ -542,10 +542,7 @@ class BridgeConnection(asyncio.Protocol):
             return
         keep_alive = self._head.keep_alive and not self._close_after_answer
         head = render_head(answer, keep_alive, self.door.date.now())
-        if len(answer.body) > JOIN_LIMIT:
-            self.transport.writelines((head, answer.body))
-        else:
-            self.transport.write(head + answer.body if answer.body else head)
+        write_answer(self.transport, head, answer.body)
         self.door.http.observe(self._head.path, answer.status, time.monotonic() - self._started)
         self._head = None
         if not keep_alive:
@@ -669,6 +666,19 @@ class HandedTransport:
 
     def is_closing(self) -> bool:
         return self._connection.ending or self._transport.is_closing()
+
+
+def write_answer(transport: asyncio.WriteTransport, head: bytes, body: bytes) -> None:
+    """Write an answer: a small one as one buffer; a body over JOIN_LIMIT
+    after its head, as a view. Not `writelines`: the standard loop's joins
+    the parts, and what the socket does not take at once is copied from a
+    slice of bytes: three copies of a 16 MiB `/recv` body on the event loop
+    where a view leaves one (uvloop keeps the view itself)."""
+    if len(body) > JOIN_LIMIT:
+        transport.write(head)
+        transport.write(memoryview(body))
+    else:
+        transport.write(head + body if body else head)
 
 
 def unacknowledged(transport: asyncio.Transport) -> int | None:
