@@ -8,10 +8,13 @@ sealed to the remote's *next* key means the remote has moved on, so the
 receiver ratchets too. Anything the receiver cannot place or decrypt
 triggers a fresh Init, which is how two sides that lost state heal.
 
-The state machine mirrors Go's exactly, including its quirks (an Ack with
-no session is treated as an Init; traffic from a stranger is answered with
-an Init made of keys that are forgotten at once), because convergence with
-Go nodes depends on both sides making the same moves.
+The state machine mirrors Go's, including its quirks (an Ack with no
+session is treated as an Init; traffic from a stranger is answered with an
+Init made of keys that are forgotten at once), because convergence with Go
+nodes depends on both sides making the same moves. One move differs, in a
+way a Go peer handles as it would any restart: an Init sent again while
+unanswered carries a newer seq (`_renew_init`), so a lost Ack costs a
+second instead of a minute.
 
 Memory is bounded: at most `max_sessions` sessions (default 4096, a few KiB
 each) and `max_buffers` send buffers (default 256, one packet each, so at
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from axl.budgets import MAX_SESSION_BUFFERS, MAX_SESSIONS
 from axl.identity import NodeIdentity
@@ -240,7 +243,7 @@ class SessionManager:
         if noted is None or now - noted >= UNVERIFIED_LOG_INTERVAL:
             self._unverified_noted = now
             log.info("dropped a session handshake from %s that does not verify (%d so far): "
-                     "its GroupPassword differs from this node's", source_key.hex(),
+                     "its GroupPassword differs from this node's, or it was damaged on the way", source_key.hex(),
                      self.dropped["bad_handshake"])
 
     def tick(self, now: float) -> list[Action]:
@@ -306,9 +309,25 @@ class SessionManager:
             buffer = _Buffer(init=init, current=current, next=next_pair, data=message,
                              expires=now + SESSION_TIMEOUT)
             self._store_buffer(dest, buffer)
+        else:
+            self._renew_init(buffer, now)
         buffer.data = message
         buffer.expires = now + SESSION_TIMEOUT
         return self._send_handshake(TYPE_INIT, dest, buffer.init)
+
+    def _renew_init(self, buffer: _Buffer, now: float) -> None:
+        """Give an Init sent again the current second as its seq (same keys).
+
+        Go sends the same Init, seq and all, for as long as it buffers, and
+        a peer that already made a session from it ignores the repeats
+        (their seq is not newer). If the one Ack it answered with was lost,
+        neither side moves until that session times out a minute later.
+        With a newer seq the peer takes the Init as an update and answers
+        again, as it does a restarted node's; the keys are the ones first
+        offered, so an Ack to either Init fits the buffer."""
+        seq = self._handshake_seq(now)
+        if seq > buffer.init.seq:
+            buffer.init = replace(buffer.init, seq=seq)
 
     def _session_for_handshake(self, remote: bytes, fields: Handshake,
                                now: float) -> tuple[_Session, _Buffer | None]:
