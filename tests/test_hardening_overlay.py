@@ -129,9 +129,9 @@ def test_mangling_relay_never_delivers_wrong_bytes(tmp_path: Path, name: str) ->
     cluster.start_all()
     try:
         # Every few chunks the relay breaks the link or spoils a handshake;
-        # an Init sent again carries a newer seq, so a lost Ack costs a
-        # second, not the minute until the peer's session times out.
-        wait_until(lambda: a.send(b.peer_id, b"path")[0] == 200, 30, what="a path through the relay")
+        # an Init repeated after a lost Ack is answered again, so that costs
+        # one more Init, not the minute until the peer's session times out.
+        wait_until(lambda: a.send(b.peer_id, b"path")[0] == 200, 45, what="a path through the relay")
         sent = {}
         acked = set()
         for seq in range(10):

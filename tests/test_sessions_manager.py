@@ -162,26 +162,42 @@ def test_send_buffer_keeps_only_the_newest_and_resends_init():
     b_private = b._curve_private
     fields1 = open_handshake(init1.packet, key(a), b_private)
     fields2 = open_handshake(init2.packet, key(a), b_private)
-    assert (fields1.current, fields1.next) == (fields2.current, fields2.next)
-    assert (fields1.seq, fields2.seq) == (int(T0), int(T0) + 3)
+    assert fields1 == fields2 and fields1.seq == int(T0)
     net.run(key(a), [init2], T0 + 3)
     assert net.messages_at(key(b)) == [b"second"]
 
 
-def test_an_init_sent_again_after_a_lost_ack_is_answered():
+def test_an_init_sent_again_after_a_lost_ack_is_answered_with_the_same_ack():
     """b made its session from a's Init and answered; the Ack was lost. a's
-    next Init, a second later, must be answered, not ignored as a repeat."""
+    next Init (the same one) must be answered again, not ignored as a
+    repeat, and with the same keys and seq: an a that had the first Ack
+    takes it as a duplicate."""
     a, b, net = pair()
     [init] = a.send(key(b), b"first", T0)
     [lost_ack] = [action for action in b.receive(key(a), init.packet, T0) if isinstance(action, SendPacket)]
     assert lost_ack.packet[0] == TYPE_ACK and b.session_keys() == [key(a)]
     [again] = a.send(key(b), b"second", T0 + 1)
     answers = b.receive(key(a), again.packet, T0 + 1)
-    assert [action.packet[0] for action in answers if isinstance(action, SendPacket)] == [TYPE_ACK]
+    [ack] = [action for action in answers if isinstance(action, SendPacket)]
+    assert ack.packet[0] == TYPE_ACK
+    a_private = a._curve_private
+    assert open_handshake(ack.packet, key(b), a_private) == open_handshake(lost_ack.packet, key(b), a_private)
     net.run(key(b), answers, T0 + 1)
     assert a.session_keys() == [key(b)]
+    net.run(key(b), [ack], T0 + 1)
     net.run(key(a), a.send(key(b), b"third", T0 + 2), T0 + 2)
-    assert net.messages_at(key(b))[-1] == b"third"
+    assert [bytes(m) for m in net.messages_at(key(b))] == [b"second", b"third"]
+
+
+def test_an_init_repeated_after_traffic_is_not_answered():
+    """Once traffic came in the session, the remote has our Ack: a stale
+    repeat of its Init gets nothing (as from Go)."""
+    a, b, net = pair()
+    [init] = a.send(key(b), b"first", T0)
+    handshake_packet = init.packet
+    net.run(key(a), [init], T0)
+    assert net.messages_at(key(b)) == [b"first"]
+    assert [action for action in b.receive(key(a), handshake_packet, T0 + 1) if isinstance(action, SendPacket)] == []
 
 
 def test_session_and_buffer_expire():

@@ -11,10 +11,10 @@ triggers a fresh Init, which is how two sides that lost state heal.
 The state machine mirrors Go's, including its quirks (an Ack with no
 session is treated as an Init; traffic from a stranger is answered with an
 Init made of keys that are forgotten at once), because convergence with Go
-nodes depends on both sides making the same moves. One move differs, in a
-way a Go peer handles as it would any restart: an Init sent again while
-unanswered carries a newer seq (`_renew_init`), so a lost Ack costs a
-second instead of a minute.
+nodes depends on both sides making the same moves. One move is added, which
+a Go peer takes as a duplicate: an Init repeated before any traffic came in
+its session is answered again with the same Ack (`_handle_init`), so a lost
+Ack costs one more Init instead of a minute.
 
 Memory is bounded: at most `max_sessions` sessions (default 4096, a few KiB
 each) and `max_buffers` send buffers (default 256, one packet each, so at
@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from axl.budgets import MAX_SESSION_BUFFERS, MAX_SESSIONS
 from axl.identity import NodeIdentity
@@ -137,6 +137,8 @@ class _Session:
     since: float = 0.0
     rx: int = 0
     tx: int = 0
+    answered_seq: int | None = None
+    """The seq of the Ack we last answered an Init with."""
 
     def fix_shared(self, recv_nonce: int, send_nonce: int) -> None:
         """Recompute the four shared keys after any key change; the nonces
@@ -296,9 +298,9 @@ class SessionManager:
     def _handshake_seq(self, now: float) -> int:
         return int(self._wall_clock() if self._wall_clock is not None else now)
 
-    def _own_handshake(self, session: _Session, now: float) -> Handshake:
+    def _own_handshake(self, session: _Session, now: float, seq: int | None = None) -> Handshake:
         return Handshake(current=session.send.public, next=session.next_own.public,
-                         key_seq=session.local_key_seq, seq=self._handshake_seq(now))
+                         key_seq=session.local_key_seq, seq=self._handshake_seq(now) if seq is None else seq)
 
     def _buffer_and_init(self, dest: bytes, message: bytes, now: float) -> list[Action]:
         buffer = self._live_buffer(dest, now)
@@ -309,25 +311,9 @@ class SessionManager:
             buffer = _Buffer(init=init, current=current, next=next_pair, data=message,
                              expires=now + SESSION_TIMEOUT)
             self._store_buffer(dest, buffer)
-        else:
-            self._renew_init(buffer, now)
         buffer.data = message
         buffer.expires = now + SESSION_TIMEOUT
         return self._send_handshake(TYPE_INIT, dest, buffer.init)
-
-    def _renew_init(self, buffer: _Buffer, now: float) -> None:
-        """Give an Init sent again the current second as its seq (same keys).
-
-        Go sends the same Init, seq and all, for as long as it buffers, and
-        a peer that already made a session from it ignores the repeats
-        (their seq is not newer). If the one Ack it answered with was lost,
-        neither side moves until that session times out a minute later.
-        With a newer seq the peer takes the Init as an update and answers
-        again, as it does a restarted node's; the keys are the ones first
-        offered, so an Ack to either Init fits the buffer."""
-        seq = self._handshake_seq(now)
-        if seq > buffer.init.seq:
-            buffer.init = replace(buffer.init, seq=seq)
 
     def _session_for_handshake(self, remote: bytes, fields: Handshake,
                                now: float) -> tuple[_Session, _Buffer | None]:
@@ -365,10 +351,27 @@ class SessionManager:
         actions: list[Action] = []
         if fields.seq > session.seq:
             self._update(session, fields, now)
-            actions += self._send_handshake(TYPE_ACK, remote, self._own_handshake(session, now))
+            answer = self._own_handshake(session, now)
+            session.answered_seq = answer.seq
+            actions += self._send_handshake(TYPE_ACK, remote, answer)
             if existed:
                 actions.append(Rekeyed(remote))
+        elif self._ack_lost(session, fields):
+            actions += self._send_handshake(TYPE_ACK, remote, self._own_handshake(session, now, session.answered_seq))
         return actions + self._flush(session, buffer, now)
+
+    @staticmethod
+    def _ack_lost(session: _Session, fields: Handshake) -> bool:
+        """Whether `fields` repeat the Init we answered, with no traffic
+        since: the remote is still waiting for our Ack, so it was lost.
+
+        Go ignores such a repeat (its seq is not newer), and a remote that
+        buffers keeps sending the same Init; both sides then wait until this
+        session times out, a minute later. The same Ack again (same keys,
+        same seq) is what the remote needed; one that got the first takes
+        the second as a duplicate."""
+        return (session.answered_seq is not None and session.rx == 0 and fields.seq == session.seq
+                and fields.current == session.current)
 
     def _handle_ack(self, remote: bytes, fields: Handshake, now: float) -> list[Action]:
         session = self._live_session(remote, now)
