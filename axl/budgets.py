@@ -69,14 +69,23 @@ TCP_RECEIVE_BUFFER = 4 * MiB
 TCP_SEND_BUFFER = 4 * MiB
 # Overlay addresses whose proven sender key is remembered (LRU).
 MAX_REMEMBERED_SENDERS = 4096
-# The message stream: messages one connection may have unanswered. The
-# sender keeps to it; the receiver answers 503 to each message beyond it.
-# The receiver remembers as many answers per session, which is what lets it
-# repeat each one exactly after a reconnection. It is also how far a
-# session's sequence numbers may jump ahead of the highest the receiver has
-# seen: a sender numbers its messages as they go out, so one further ahead
-# breaks the protocol and the stream is reset.
-STREAM_WINDOW = 256
+# The message stream: messages one connection may have unanswered, enough
+# for a round trip's worth in flight (a 200 ms path at 12.5 MB/s holds about
+# 2,400 of 1 KiB). The receiver tells a version 2 sender this number, and
+# answers 503 to each message beyond it; the sender sizes its window to what
+# the path carries a round trip, within it (axl.node.msgstream). Its bytes are bounded by the overlay
+# TCP's buffers (TCP_SEND_BUFFER, TCP_RECEIVE_BUFFER) and the receive queue.
+# The receiver remembers as many answers per session (a byte each, in
+# constant memory), which is what lets it repeat each one exactly after a
+# reconnection. It is also how far a session's sequence numbers may jump
+# ahead of the highest the receiver has seen: a sender numbers its messages
+# as they go out, so one further ahead breaks the protocol and the stream
+# is reset.
+STREAM_WINDOW = 4096
+# The window of version 1 of the stream, which every receiver of ours takes:
+# a sender's window until the receiver says it takes more, and the least
+# it ever keeps.
+STREAM_BASE_WINDOW = 256
 # Sender sessions a receiver remembers (least recently used forgotten
 # first), for the node and for each sender: a sender needs one per
 # destination it streams to at a time, and one minting session ids pushes
@@ -120,8 +129,9 @@ READ_AHEAD_PER_NODE = 16 * MiB
 # At most this much of an oversized body is read and discarded before the 413.
 DISCARD_MAX = 64 * MiB
 # /ws: sends of one connection waiting for their acknowledgement (count and
-# bytes; reading the socket pauses beyond them), and its receive window.
-WS_MAX_IN_FLIGHT = 256
+# bytes; reading the socket pauses beyond them: a stream's window of 1 KiB
+# messages to one destination fits), and its receive window.
+WS_MAX_IN_FLIGHT = STREAM_WINDOW
 WS_MAX_IN_FLIGHT_BYTES = 64 * MiB
 WS_MAX_WINDOW = 1024
 

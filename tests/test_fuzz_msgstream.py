@@ -110,7 +110,7 @@ def test_receiver_any_bytes_any_chunking_same_events_only_stream_error(case):
 def test_valid_streams_decode_identically_split_anywhere(session_id, messages, data):
     stream = encode_hello(session_id) + b"".join(encode_message(seq, body) for seq, body in messages)
     # Nothing is answered here, so a repeated number (within the window) is delivered again.
-    expected = [Hello(session_id)] + [
+    expected = [Hello(session_id, 1)] + [
         Answered(seq, STATUS_TOO_LARGE) if len(body) > MAX_SIZE else Message(seq, body)
         for seq, body in messages]
     cut = data.draw(st.integers(min_value=0, max_value=len(stream)))
@@ -128,7 +128,7 @@ def test_a_number_outside_the_window_refuses_the_stream_before_anything_of_it(fi
     seqs, outside = _numbered(first, steps)
     stream = encode_hello(1) + b"".join(encode_message(seq, body) for seq, (_, body) in zip(seqs, steps))
     kept = seqs[:outside] if outside is not None else seqs
-    expected = [Hello(1)] + [Answered(seq, STATUS_TOO_LARGE) if len(body) > MAX_SIZE else Message(seq, body)
+    expected = [Hello(1, 1)] + [Answered(seq, STATUS_TOO_LARGE) if len(body) > MAX_SIZE else Message(seq, body)
                              for seq, (_, body) in zip(kept, steps)]
     events, refused = _receive(data.draw(chunkings(stream)))
     assert refused == (outside is not None)
@@ -144,7 +144,7 @@ def test_a_number_outside_the_window_refuses_the_stream_before_anything_of_it(fi
 
 def test_a_huge_claimed_length_is_answered_from_the_header_and_skipped_unbuffered():
     receiver = StreamReceiver(SessionTable(), PEER, MAX_SIZE)
-    assert receiver.feed(encode_hello(1)) == [Hello(1)]
+    assert receiver.feed(encode_hello(1)) == [Hello(1, 1)]
     header = encode_message(5, b"")[:-4] + (2**32 - 1).to_bytes(4, "big")
     events: list = []
     data = header + bytes(60_000)
@@ -171,7 +171,7 @@ def _sender() -> StreamSender:
     window only once the call that reads it ends, so with messages waiting
     an ack for one released meanwhile is taken in a later segment and refused
     in the same one: test_msgstream.py checks that case.)"""
-    sender = StreamSender(9, window_messages=4)
+    sender = StreamSender(9, fixed_window=4)
     for n in range(4):
         sender.submit(b"m%d" % n)
     sender.start_connection()

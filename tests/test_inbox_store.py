@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from axl.budgets import STREAM_WINDOW
 from axl.node import journal
 from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
-                                StreamSender)
-from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, CommittedSession, InboxStore, NotThisNodesInbox,
-                            StoreError)
+                                StreamSender, encode_hello, encode_message)
+from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, SCHEMA_VERSION, CommittedSession, InboxStore,
+                            NotThisNodesInbox, StoreError)
 from fuzzing import peak_allocation
 
 OWNER = b"\x0a" * 32
@@ -205,14 +206,14 @@ async def test_stream_answers_are_kept_with_their_messages(tmp_path: Path) -> No
 
     [(peer, session_id, record)] = Inbox(100, 1 << 20, open_store(path)).session_records()
     assert (peer, session_id, record.taken_upto) == (SENDER, 7, 3)
-    assert dict(record.answers) == {1: STATUS_QUEUED, 2: STATUS_QUEUED, 3: STATUS_QUEUED}
+    assert [record.status_of(seq) for seq in (1, 2, 3)] == [STATUS_QUEUED] * 3
     table = SessionTable()
     table.adopt(peer, session_id, record)
     sender = StreamSender(session_id=7)
     for seq in range(1, 6):
         sender.submit(b"s%d" % seq)  # 4 and 5 were never committed (the node died first)
     receiver = StreamReceiver(table, SENDER, max_message_size=100)
-    assert receiver.feed(sender.start_connection()) == [Hello(7)]
+    assert receiver.feed(sender.start_connection()) == [Hello(7, 1)]
     assert receiver.feed(b"") == [Answered(1, STATUS_QUEUED), Answered(2, STATUS_QUEUED),
                                   Answered(3, STATUS_QUEUED), Message(4, b"s4"), Message(5, b"s5")]
 
@@ -232,7 +233,7 @@ async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path) -> None
     await settle(inbox)
     inbox.close()
     [(_, _, record)] = Inbox(100, 1 << 20, open_store(path)).session_records()
-    assert dict(record.answers) == {1: STATUS_QUEUED, 3: STATUS_QUEUED}
+    assert [record.status_of(seq) for seq in (1, 2, 3)] == [STATUS_QUEUED, None, STATUS_QUEUED]
     # The sender repeats 2 after the restart (its 503 never reached it): taken anew, not taken for queued.
     table = SessionTable()
     table.adopt(SENDER, 9, record)
@@ -240,7 +241,7 @@ async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path) -> None
     for payload in (b"one", b"two", b"three"):
         sender.submit(payload)
     receiver = StreamReceiver(table, SENDER, max_message_size=1 << 20)
-    assert receiver.feed(sender.start_connection()) == [Hello(9)]
+    assert receiver.feed(sender.start_connection()) == [Hello(9, 1)]
     assert receiver.feed(b"") == [Answered(1, STATUS_QUEUED), Message(2, b"two"), Answered(3, STATUS_QUEUED)]
 
 
@@ -406,12 +407,65 @@ async def test_an_inbox_of_schema_1_opens_with_its_messages_and_is_upgraded(tmp_
     await settle(inbox)
     inbox.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == (2,)
+        assert db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == (SCHEMA_VERSION,)
     db.close()
     again = Inbox(100, 1 << 30, open_store(path))
     [new] = [again.get_nowait() for _ in range(len(again))]
     assert (new.id, new.payload) == (8, b"N" * BIG)
     again.close()
+
+
+def schema_2_inbox(path: Path, session_records: list[bytes]) -> None:
+    """A file as the node wrote it before stream windows grew past 256: a
+    session record is u64 taken_upto and 256 bits (bit i: taken_upto - i)."""
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        for statement in V1_SCHEMA:
+            db.execute(statement)
+        db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
+        db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
+                       [("schema", 2), ("node", OWNER.hex()), ("last_id", 1), ("starts", 1)])
+        db.execute("INSERT INTO messages (id, sender, payload) VALUES (1, ?, ?)", (SENDER, b"kept"))
+        db.executemany("INSERT INTO sessions (key, record, used) VALUES (?, ?, ?)",
+                       [(SENDER + session_id.to_bytes(8, "big"), record, session_id)
+                        for session_id, record in enumerate(session_records, 1)])
+    db.close()
+
+
+def test_an_inbox_of_schema_2_keeps_its_sessions_answers_in_the_wider_window(tmp_path: Path) -> None:
+    """Its session records are rewritten in the wider format on open, with
+    the same committed numbers: a sender repeating them after the upgrade
+    is answered, not delivered twice, and the one not committed is delivered."""
+    path = tmp_path / "inbox.sqlite3"
+    # session 1: 300 committed, and 45 (255 back), not 299 and 298
+    record = (300).to_bytes(8, "big") + (1 << 255 | 0b1001).to_bytes(32, "big")
+    schema_2_inbox(path, [record])
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    [(peer, session_id, restored)] = inbox.session_records()
+    assert (peer, session_id, restored.taken_upto) == (SENDER, 1, 300)
+    assert [inbox.get_nowait().payload] == [b"kept"]
+    inbox.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == (SCHEMA_VERSION,)
+        [(blob,)] = db.execute("SELECT record FROM sessions").fetchall()
+    db.close()
+    assert len(blob) == 8 + STREAM_WINDOW // 8
+    assert list(CommittedSession.decode(blob).committed()) == [45, 297, 300]
+    table = SessionTable()
+    table.adopt(peer, session_id, restored)
+    receiver = StreamReceiver(table, SENDER, max_message_size=100)
+    receiver.feed(encode_hello(1))
+    assert receiver.feed(encode_message(297, b"a") + encode_message(298, b"b") + encode_message(300, b"c")) == [
+        Answered(297, STATUS_QUEUED), Message(298, b"b"), Answered(300, STATUS_QUEUED)]
+
+
+def test_an_inbox_of_schema_2_with_a_damaged_session_record_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    schema_2_inbox(path, [bytes(40), bytes(39)])
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="damaged.*a session record of 39 bytes"):
+        open_store(path)
+    assert path.read_bytes() == before
 
 
 # -- files it will not start with ---------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from axl.budgets import STREAM_WINDOW
+from axl.budgets import STREAM_BASE_WINDOW, STREAM_WINDOW
 from axl.node.msgstream import (
     BODY_BATCH_BYTES,
     STATUS_QUEUED,
@@ -19,10 +19,13 @@ from axl.node.msgstream import (
     SessionTable,
     StreamError,
     StreamReceiver,
+    PATH_HEADROOM,
     StreamSender,
+    VERSION,
     encode_ack,
     encode_hello,
     encode_message,
+    encode_window,
 )
 
 PEER = bytes(32)
@@ -41,7 +44,7 @@ def feed(receiver: StreamReceiver, data: bytes) -> list:
 
 
 def test_messages_arrive_in_order_and_acks_free_the_window() -> None:
-    sender = StreamSender(session_id=7, window_messages=2)
+    sender = StreamSender(session_id=7, fixed_window=2)
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     wire = sender.start_connection()
     for payload in (b"one", b"", b"three"):
@@ -49,7 +52,7 @@ def test_messages_arrive_in_order_and_acks_free_the_window() -> None:
     wire += sender.take_output()
     assert sender.take_output() == b""
     events = feed_bytewise(receiver, wire)
-    assert events == [Hello(7), Message(1, b"one"), Message(2, b"")]
+    assert events == [Hello(7, 1), Message(1, b"one"), Message(2, b"")]
     acks = sender.receive(receiver.answer(1, STATUS_QUEUED) + receiver.answer(2, STATUS_REFUSED)[:5])
     assert acks == [Ack(1, STATUS_QUEUED)]
     assert feed_bytewise(receiver, sender.take_output()) == [Message(3, b"three")]
@@ -76,7 +79,7 @@ def test_large_messages_in_pieces_of_any_size_arrive_whole(piece: int) -> None:
         if 13 < start + piece < 100_000:  # past the hello, inside the first message
             assert receiver.partial
     assert not receiver.partial
-    assert events == [Hello(3)] + [Message(seq, p) for seq, p in enumerate(payloads, 1)]
+    assert events == [Hello(3, 1)] + [Message(seq, p) for seq, p in enumerate(payloads, 1)]
 
 
 def test_a_large_payload_is_written_alone_and_uncopied() -> None:
@@ -109,7 +112,7 @@ def test_a_message_resent_in_pieces_is_answered_not_delivered() -> None:
     again = StreamReceiver(receiver.table, PEER, max_message_size=1 << 20)
     resent = sender.start_connection()
     events = feed(again, resent[:50_000]) + again.feed(resent[50_000:])
-    assert events == [Hello(4), Answered(1, STATUS_QUEUED)]
+    assert events == [Hello(4, 1), Answered(1, STATUS_QUEUED)]
     assert not again.partial
 
 
@@ -130,7 +133,7 @@ def test_a_reconnected_session_is_not_delivered_twice() -> None:
     second = StreamReceiver(table, PEER, max_message_size=100)
     sender.submit(b"d")
     events = feed(second, sender.start_connection())
-    assert events == [Hello(1), Answered(2, STATUS_REFUSED), Answered(3, STATUS_QUEUED), Message(4, b"d")]
+    assert events == [Hello(1, 1), Answered(2, STATUS_REFUSED), Answered(3, STATUS_QUEUED), Message(4, b"d")]
 
 
 def test_another_session_or_peer_starts_afresh() -> None:
@@ -158,18 +161,27 @@ def test_a_repeat_without_an_answer_on_record_is_delivered_unless_older_than_the
     table = SessionTable()
     table.adopt(PEER, 5, record)
     receiver = StreamReceiver(table, PEER, max_message_size=100)
-    assert receiver.feed(encode_hello(5)) == [Hello(5)]
+    assert receiver.feed(encode_hello(5)) == [Hello(5, 1)]
     assert receiver.feed(encode_message(top - 1, b"a") + encode_message(top - 2, b"b")) == [
         Answered(top - 1, STATUS_QUEUED), Message(top - 2, b"b")]
 
 
 def test_answers_older_than_the_window_are_let_go() -> None:
+    """A record holds one byte per number of the window, however many the
+    session answered: moving up forgets the answers it leaves behind."""
     record = SessionRecord()
     for seq in range(1, 3 * STREAM_WINDOW):
         record.take(seq)
-        record.remember(seq, STATUS_QUEUED)
+        record.remember(seq, STATUS_REFUSED)
     assert len(record.answers) == STREAM_WINDOW
-    assert min(record.answers) == 2 * STREAM_WINDOW
+    top = 3 * STREAM_WINDOW - 1
+    assert record.status_of(top - STREAM_WINDOW + 1) == STATUS_REFUSED
+    assert record.status_of(top - STREAM_WINDOW) == STATUS_QUEUED  # older than the window: acknowledged
+    record.take(top + 10)
+    assert [record.status_of(seq) for seq in range(top + 1, top + 11)] == [None] * 10
+    assert record.status_of(top + 10 - STREAM_WINDOW + 1) == STATUS_REFUSED
+    record.take(top + 10 + STREAM_WINDOW)
+    assert not any(record.answers)
 
 
 def test_session_memory_is_bounded() -> None:
@@ -189,7 +201,7 @@ def test_a_sender_minting_sessions_pushes_out_only_its_own() -> None:
     table.record(other, 1).remember(1, STATUS_QUEUED)
     for session_id in range(100):
         table.record(PEER, session_id)
-    assert table.record(other, 1).answers == {1: STATUS_QUEUED}
+    assert table.record(other, 1).status_of(1) == STATUS_QUEUED
     assert table.most_held_by_one_peer() == 2 and len(table) == 3
     assert table.pushed_out == {"peer": 98, "node": 0}
 
@@ -221,7 +233,7 @@ def test_the_first_number_seen_of_a_session_sets_where_it_is() -> None:
     taken as it is, and the window counts from there."""
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     far = 1 << 63
-    assert feed(receiver, encode_hello(3) + encode_message(far, b"x")) == [Hello(3), Message(far, b"x")]
+    assert feed(receiver, encode_hello(3) + encode_message(far, b"x")) == [Hello(3, 1), Message(far, b"x")]
     with pytest.raises(OutsideWindow):
         receiver.feed(encode_message(far + STREAM_WINDOW + 1, b"y"))
 
@@ -232,10 +244,10 @@ def test_an_oversize_message_is_refused_unread_and_the_stream_goes_on() -> None:
     sender.submit(b"x" * 10)
     sender.submit(b"ok")
     events = feed_bytewise(receiver, sender.start_connection())
-    assert events == [Hello(3), Answered(1, STATUS_TOO_LARGE), Message(2, b"ok")]
+    assert events == [Hello(3, 1), Answered(1, STATUS_TOO_LARGE), Message(2, b"ok")]
 
 
-@pytest.mark.parametrize("data", [b"AXLX\x01" + bytes(8), b"AXLS\x02" + bytes(8)])
+@pytest.mark.parametrize("data", [b"AXLX\x01" + bytes(8), b"AXLS\x03" + bytes(8), b"AXLS\x00" + bytes(8)])
 def test_a_wrong_hello_is_refused(data: bytes) -> None:
     with pytest.raises(StreamError):
         StreamReceiver(SessionTable(), PEER, 100).feed(data)
@@ -263,7 +275,7 @@ def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> N
     more than that many messages on the wire unanswered: the rest wait in it
     until acknowledgements make room, and a refusal is repeated as one."""
     table = SessionTable()
-    sender = StreamSender(session_id=9)
+    sender = StreamSender(session_id=9, fixed_window=STREAM_WINDOW)  # grown to the full window
     first = StreamReceiver(table, PEER, max_message_size=100)
     feed(first, sender.start_connection())
     count = STREAM_WINDOW + 10
@@ -277,7 +289,7 @@ def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> N
         first.answer(event.seq, STATUS_REFUSED if event.seq == 1 else STATUS_QUEUED)
     second = StreamReceiver(table, PEER, max_message_size=100)
     events = feed(second, sender.start_connection())
-    assert events[:2] == [Hello(9), Answered(1, STATUS_REFUSED)]
+    assert events[:2] == [Hello(9, 1), Answered(1, STATUS_REFUSED)]
     assert all(isinstance(event, Answered) for event in events[1:]) and len(events) == STREAM_WINDOW + 1
     # Acknowledgements make room: the ten that waited go out, numbered in order.
     acks = sender.receive(b"".join(second.answer(event.seq, event.status) for event in events[1:]))
@@ -288,7 +300,7 @@ def test_a_refusal_is_never_repeated_as_queued_however_many_messages_wait() -> N
 
 
 def test_an_ack_for_a_message_still_waiting_in_the_sender_is_refused() -> None:
-    sender = StreamSender(session_id=2, window_messages=1)
+    sender = StreamSender(session_id=2, fixed_window=1)
     sender.start_connection()
     sender.submit(b"sent")
     sender.submit(b"waiting")
@@ -299,7 +311,7 @@ def test_an_ack_for_a_message_still_waiting_in_the_sender_is_refused() -> None:
 def test_a_message_withdrawn_while_waiting_is_never_sent_and_leaves_no_gap_on_the_wire() -> None:
     """The next message takes the number on the wire the withdrawn one would
     have had; its sender still knows it by the number submit gave it."""
-    sender = StreamSender(session_id=2, window_messages=1)
+    sender = StreamSender(session_id=2, fixed_window=1)
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     wire = sender.start_connection()
     for payload in (b"sent", b"given up", b"later"):
@@ -318,7 +330,7 @@ def test_many_messages_withdrawn_while_waiting_do_not_take_the_session_outside_t
     """A slow receiver: more than a window of messages wait in the sender
     and are withdrawn at their send timeout. The next one still goes out
     within the receiver's window (numbered on the way out)."""
-    sender = StreamSender(session_id=2, window_messages=1)
+    sender = StreamSender(session_id=2, fixed_window=1)
     receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
     feed(receiver, sender.start_connection())
     first = sender.submit(b"slow")
@@ -390,7 +402,7 @@ def test_after_a_reconnection_an_open_body_is_gathered_and_sent_whole() -> None:
     second = StreamReceiver(table, PEER, max_message_size=100)
     wire = sender.start_connection()
     sender.write(b"678")
-    assert feed(second, wire + sender.take_output()) == [Hello(6), Answered(1, STATUS_QUEUED)]
+    assert feed(second, wire + sender.take_output()) == [Hello(6, 1), Answered(1, STATUS_QUEUED)]
     sender.write(b"90")
     sender.close()
     assert feed(second, sender.take_output()) == [Message(seq, b"1234567890")]
@@ -439,3 +451,100 @@ def test_an_open_body_may_be_refused_as_too_large_before_it_is_whole() -> None:
         again.start_connection()
         again.open(10)
         again.receive(encode_ack(1, STATUS_QUEUED))
+
+
+def answer_all(sender: StreamSender, receiver: StreamReceiver, status: int = STATUS_QUEUED) -> list[Ack]:
+    """Deliver the sender's output and bring every answer back."""
+    events = feed(receiver, sender.take_output())
+    return sender.receive(b"".join(receiver.answer(event.seq, status) for event in events))
+
+
+def told_sender(receiver: StreamReceiver, said: bytes | None = None) -> StreamSender:
+    """A version 2 sender whose receiver has said its window (or `said`)."""
+    sender = StreamSender(session_id=8, version=VERSION)
+    [hello] = receiver.feed(sender.start_connection())
+    assert hello == Hello(8, VERSION)
+    assert sender.receive(said or receiver.welcome(hello)) == []
+    return sender
+
+
+def test_a_version_2_window_is_sized_to_what_the_path_carries_each_round_trip() -> None:
+    """The receiver says its window first. The sender starts at the base
+    window and, each round trip, keeps PATH_HEADROOM times what the path
+    carried in the last one, up to the receiver's window: on a long path
+    that is its whole window within two round trips; a refusal (a full
+    queue) halves it."""
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    sender = told_sender(receiver)
+    assert sender.granted == STREAM_WINDOW and sender.window == STREAM_BASE_WINDOW
+    rtt, now = 0.2, 100.0
+    for number in range(4 * STREAM_WINDOW):
+        sender.submit(b"%d" % number)
+        sender.size_to_path(0, now, rtt)
+    rounds = []
+    for _ in range(3):
+        now += rtt
+        acks = answer_all(sender, receiver)
+        rounds.append(len(acks))
+        sender.size_to_path(len(acks), now, rtt)
+    assert rounds == [STREAM_BASE_WINDOW, PATH_HEADROOM * STREAM_BASE_WINDOW, STREAM_WINDOW]
+    answer_all(sender, receiver, STATUS_REFUSED)
+    assert sender.window == STREAM_BASE_WINDOW
+
+
+def test_a_short_path_keeps_the_base_window_and_a_long_one_starts_a_burst_at_the_whole() -> None:
+    """On a loopback round trip the path carries a few messages per round
+    trip: the window stays at the base, and a burst of thousands does not
+    all land in the receiver at once. After a quiet round trip on a long
+    path, a burst starts at the receiver's whole window, or at the smaller
+    one it said."""
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    short = told_sender(receiver)
+    short.size_to_path(0, 1.0, 0.001)
+    short.size_to_path(3, 1.002, 0.001)
+    assert short.window == STREAM_BASE_WINDOW
+    for said, window in ((None, STREAM_WINDOW), (encode_window(300), 300)):
+        far = told_sender(StreamReceiver(SessionTable(), PEER, max_message_size=100), said)
+        far.size_to_path(0, 1.0, 0.2)
+        far.size_to_path(0, 2.0, 0.2)  # a message submitted after a quiet round trip
+        assert far.window == window
+
+
+@pytest.mark.parametrize("first", [encode_ack(1, STATUS_QUEUED), encode_window(STREAM_BASE_WINDOW - 1)])
+def test_a_version_2_receiver_must_say_its_window_first(first: bytes) -> None:
+    sender = StreamSender(session_id=8, version=VERSION)
+    sender.start_connection()
+    sender.submit(b"x")
+    with pytest.raises(StreamError):
+        sender.receive(first)
+
+
+def test_a_version_1_receiver_says_no_window_and_a_version_1_sender_takes_none() -> None:
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    [hello] = receiver.feed(encode_hello(3))
+    assert receiver.welcome(hello) == b""
+    sender = StreamSender(session_id=3)
+    sender.start_connection()
+    sender.submit(b"x")
+    with pytest.raises(StreamError):
+        sender.receive(encode_window(STREAM_WINDOW) + bytes(6))
+
+
+def test_a_sender_whose_version_2_hello_went_unanswered_speaks_version_1() -> None:
+    """An older receiver resets a version 2 hello before it says anything:
+    the next connection speaks version 1, within the base window, and
+    repeats what was outstanding."""
+    sender = StreamSender(session_id=5, version=VERSION)
+    sender.start_connection()
+    for number in range(STREAM_BASE_WINDOW + 1):
+        sender.submit(b"%d" % number)
+    assert sender.hello_unanswered()
+    sender.speak_version_1()
+    older = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    events = feed(older, sender.start_connection())
+    assert events[0] == Hello(5, 1) and len(events) == 1 + STREAM_BASE_WINDOW
+    assert not sender.hello_unanswered()
+    answered = StreamSender(session_id=6, version=VERSION)
+    answered.start_connection()
+    answered.receive(encode_window(STREAM_WINDOW))
+    assert not answered.hello_unanswered()

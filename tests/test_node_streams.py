@@ -5,12 +5,14 @@ broken mid-way that loses nothing acknowledged and delivers nothing twice."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from test_node_core import SETTINGS, Pair
 
-from axl.budgets import STREAM_WINDOW
+from axl.budgets import STREAM_BASE_WINDOW, STREAM_WINDOW
 from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
 from axl.identity import address_for_key
+from axl.node import msgstream
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
 from axl.node.streams import BODY_HOLD, PeerLogLimit
 from axl.routing.frames import split_frame
@@ -36,6 +38,15 @@ def answer_all(pair: Pair, accepted: bool = True) -> list[bytes]:
         for event in inbound:
             payloads.append(event.payload)
             pair.cores[1].answer_inbound(event.handle, accepted, None, pair.now)
+
+def send_many(pair: Pair, prefix: bytes, count: int) -> tuple[list, list]:
+    """Sends prefix0..prefixN from the first node once the pair has formed:
+    the sender's handles, and what reached the second node in half a second."""
+    pair.run(3.0)
+    handles = [pair.cores[0].send_message(pair.keys[1], prefix + b"%d" % i, pair.now) for i in range(count)]
+    pair.run(0.5)
+    return handles, pair.take(1, InboundMessage)
+
 
 
 def test_many_messages_share_one_connection_in_order():
@@ -146,12 +157,9 @@ def test_a_refusal_among_more_messages_than_the_window_is_reported_after_a_break
     """More messages than the receiver remembers answers for are under way
     when the stream breaks: the refused first one must come back refused,
     not as delivered (the sender keeps the rest back until there is room)."""
-    pair = Pair()
-    pair.run(3.0)
+    pair = Pair((dataclasses.replace(SETTINGS, stream_window=STREAM_WINDOW), SETTINGS))  # grown to the full window
     count = STREAM_WINDOW + 20
-    handles = [pair.cores[0].send_message(pair.keys[1], b"w%d" % i, pair.now) for i in range(count)]
-    pair.run(0.5)
-    inbound = pair.take(1, InboundMessage)
+    handles, inbound = send_many(pair, b"w", count)
     assert len(inbound) == STREAM_WINDOW
     [conn] = stream_connections(pair, 1)
     conn.abort()
@@ -451,3 +459,22 @@ def test_a_peer_breaking_the_protocol_is_logged_at_most_once_an_interval() -> No
     for number in range(3, 10):  # more peers than it remembers: the oldest go
         limit.allow(bytes([number]) * 32, 12.0)
     assert len(limit._peers) == 2
+
+
+def test_a_receiver_that_knows_only_version_1_gets_version_1_within_its_window(monkeypatch, caplog):
+    """A node of ours from before version 2 resets its hello as not a
+    message stream: the sender speaks version 1 to it from then on, never
+    more than that version's 256 unanswered, and loses nothing."""
+    monkeypatch.setattr(msgstream, "VERSIONS", frozenset({1}))  # the receiver's code before version 2
+    caplog.set_level(logging.INFO, "axl.streams")
+    pair = Pair()
+    count = STREAM_BASE_WINDOW + 50
+    handles, inbound = send_many(pair, b"v", count)
+    assert len(inbound) == STREAM_BASE_WINDOW
+    for event in inbound:
+        pair.cores[1].answer_inbound(event.handle, True, None, pair.now)
+    assert [event.payload for event in inbound] + answer_all(pair) == [b"v%d" % i for i in range(count)]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == handles
+    assert "speaking version 1" in caplog.text
+    assert pair.cores[1].messages.streams.window_refused == 0

@@ -11,6 +11,7 @@ import socket
 import aiohttp
 import pytest
 
+from axl.budgets import WS_MAX_IN_FLIGHT
 from nodes import Cluster, drain, metric_samples, polls_waiting, up_peers, wait_until
 
 LIMIT = 64 << 10
@@ -159,6 +160,27 @@ def test_many_frames_to_one_destination_arrive_in_order(trio, path: str, count: 
     assert sorted(acks) == list(range(1, count + 1))
     assert [n for n, ack in acks.items() if ack["status"] != 200] == []
     assert drain(b) == [numbered(i, large) for i in range(count)]
+
+
+def ws_reading_paused(node) -> float:
+    """How often the bridge stopped reading a /ws socket at WS_MAX_IN_FLIGHT frames."""
+    samples = metric_samples(node.request("GET", "/metrics", timeout=10)[2].decode())
+    return samples[("axl_budget_refused_total", (("budget", "ws_in_flight"), ("scope", "connection")))]
+
+
+def test_a_long_paths_worth_of_frames_in_flight_arrive_in_order_once(trio) -> None:
+    """1,000 frames written at once, as a client on a long path keeps them in
+    flight: the bridge reads them all without pausing (it once stopped at 256,
+    a tenth of what a 200 ms path holds), and b queues each once, in order."""
+    a, b, _ = trio
+    drain(b)
+    paused_before = ws_reading_paused(a)
+    count = 1000
+    acks = run(send_numbered(a, b, count, 0))
+    assert sorted(acks) == list(range(1, count + 1))
+    assert [n for n, ack in acks.items() if ack["status"] != 200] == []
+    assert drain(b) == [numbered(i, 0) for i in range(count)]
+    assert ws_reading_paused(a) == paused_before
 
 
 def test_failed_sends_are_acknowledged_with_their_status(clean) -> None:
@@ -350,8 +372,8 @@ def test_a_sender_that_outruns_delivery_is_held_back(clean) -> None:
     """Frames to a node that does not exist wait seconds each: the bridge stops reading
     long before the client has written them all, instead of buffering them."""
     a, _ = clean
-    count = 1000
-    frame = binary_frame(b"\xcd" * 32 + b"p" * (60 << 10))
+    count = 2 * WS_MAX_IN_FLIGHT  # their 32 MiB are within WS_MAX_IN_FLIGHT_BYTES: the frames' limit holds them
+    frame = binary_frame(b"\xcd" * 32 + b"p" * (4 << 10))
     sock = raw_ws(a)
     written = 0
     try:

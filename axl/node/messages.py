@@ -30,7 +30,7 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from axl.budgets import MAX_REMEMBERED_SENDERS, STREAM_WINDOW
+from axl.budgets import MAX_REMEMBERED_SENDERS
 from axl.config import NodeConfig
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
                         never_connected)
@@ -63,10 +63,12 @@ class MessageSettings:
     idle_timeout: float = 300.0
     stream_port: int = 7001
     streams: bool = True
-    # Messages a stream sender keeps unanswered. Receivers refuse (503) what
-    # comes beyond their STREAM_WINDOW, so only a test playing a sender that
-    # ignores the window sets more.
-    stream_window: int = STREAM_WINDOW
+    # None: a stream sender's window grows as answers come back, up to what
+    # its receiver takes. A number: the sender keeps that many unanswered
+    # whatever the receiver says, which only a test playing a sender that
+    # ignores the window sets (receivers refuse, 503, what comes beyond
+    # their STREAM_WINDOW).
+    stream_window: int | None = None
 
     @classmethod
     def from_config(cls, config: NodeConfig) -> MessageSettings:

@@ -11,6 +11,13 @@ Wire format (all integers big-endian):
     connection start, sender -> receiver:  "AXLS" | u8 version | u64 session id
     message, sender -> receiver:           u8 1 | u64 seq | u32 length | payload
     acknowledgement, receiver -> sender:   u8 2 | u64 seq | u16 status
+    window, receiver -> sender:            u8 3 | u32 messages   (version 2: once, first)
+
+Version 1 has a fixed window of STREAM_BASE_WINDOW messages unanswered. A
+version 2 receiver says first how many it takes (STREAM_WINDOW), and the
+sender sizes its window to what the path carries a round trip, within it. A receiver that
+knows only version 1 resets a version 2 hello before saying anything: the
+sender then speaks version 1 to it (the caller remembers that for a while).
 
 A session outlives its connections: when one breaks, the sender opens another
 with the same session id and sends every unacknowledged message again with
@@ -25,27 +32,41 @@ restarts too (axl.node.store).
 
 from __future__ import annotations
 
+import math
 import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from axl.budgets import STREAM_WINDOW
+from axl.budgets import STREAM_BASE_WINDOW, STREAM_WINDOW
 from axl.node.streamsessions import SessionLru
 from axl.wire import DecodeError
 
 MAGIC = b"AXLS"
-VERSION = 1
+VERSION = 2
+VERSIONS = frozenset((1, VERSION))
 MESSAGE = 1
 ACK = 2
+WINDOW = 3
 _HELLO = struct.Struct("!4sBQ")
 _MESSAGE = struct.Struct("!BQI")
 _ACK = struct.Struct("!BQH")
+_WINDOW = struct.Struct("!BI")
 
 STATUS_QUEUED = 200
 STATUS_TOO_LARGE = 413
 STATUS_REFUSED = 503
 KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
+# A sender's window is this many times the messages its path carried in
+# the last round trip: room to find out whether the path carries more.
+PATH_HEADROOM = 8
+# A round trip this long is a long path's (a loopback or LAN one stays under
+# it, delayed ACKs included): its sender starts at the receiver's whole
+# window, instead of spending round trips growing from the base one.
+LONG_PATH_RTT = 0.1
+# How a SessionRecord keeps each answer: one byte, 0 for none.
+_STATUS_CODES = {STATUS_QUEUED: 1, STATUS_REFUSED: 2, STATUS_TOO_LARGE: 3}
+_CODE_STATUSES = (None, STATUS_QUEUED, STATUS_REFUSED, STATUS_TOO_LARGE)
 
 # A payload from this size on is written as it is, after its own header,
 # instead of being copied into one frame (a 16 MiB copy per large message).
@@ -72,9 +93,10 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """A connection opened (or reopened) session `session_id`."""
+    """A connection opened (or reopened) session `session_id`, speaking `version`."""
 
     session_id: int
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +116,8 @@ class Answered:
     status: int
 
 
-def encode_hello(session_id: int) -> bytes:
-    return _HELLO.pack(MAGIC, VERSION, session_id)
+def encode_hello(session_id: int, version: int = 1) -> bytes:
+    return _HELLO.pack(MAGIC, version, session_id)
 
 
 def encode_message(seq: int, payload: bytes) -> bytes:
@@ -104,6 +126,10 @@ def encode_message(seq: int, payload: bytes) -> bytes:
 
 def encode_ack(seq: int, status: int) -> bytes:
     return _ACK.pack(ACK, seq, status)
+
+
+def encode_window(messages: int) -> bytes:
+    return _WINDOW.pack(WINDOW, messages)
 
 
 @dataclass(slots=True)
@@ -130,11 +156,37 @@ class StreamSender:
     caller knows it, and the sequence number it carries on the wire, given
     when it first goes out. Messages withdrawn while waiting never go out,
     so they leave no gap on the wire: the receiver refuses a number more
-    than STREAM_WINDOW beyond the highest it has seen."""
+    than its window beyond the highest it has seen.
 
-    def __init__(self, session_id: int, window_messages: int = STREAM_WINDOW) -> None:
+    The window (messages sent and not yet acknowledged) starts at
+    STREAM_BASE_WINDOW, which every receiver takes, and is sized to the
+    path once a round trip (`size_to_path`): PATH_HEADROOM times the
+    messages acknowledged in the last one, never below STREAM_BASE_WINDOW
+    nor above what the receiver said it takes (`granted`, version 2). So
+    a long path gets its round trip's worth of messages under way within
+    two round trips, while a short one keeps the base window (thousands
+    in flight there only made the receiver's commits longer). On a path
+    whose round trip is LONG_PATH_RTT or more, a burst after a quiet round
+    trip starts at `granted` instead, sized by the round trips after. A
+    503 (the receiver's queue is full) halves it, never below
+    STREAM_BASE_WINDOW."""
+
+    def __init__(self, session_id: int, fixed_window: int | None = None, version: int = 1) -> None:
         self.session_id = session_id
-        self.window_messages = window_messages
+        # the protocol version its connections speak: a node's streams start
+        # at VERSION, and go back to 1 toward a receiver that knows only that
+        self.version = version
+        # A window kept whatever the receiver says: only a test playing a
+        # sender that ignores the window sets one.
+        self.fixed_window = fixed_window
+        self.window = fixed_window or STREAM_BASE_WINDOW
+        # the round trip being measured: when it began, and the messages acknowledged since
+        self._round_start: float | None = None
+        self._round_acked = 0
+        # what the receiver takes: STREAM_BASE_WINDOW until it says more
+        self.granted = STREAM_BASE_WINDOW
+        # whether the current connection's receiver has said its window (version 2)
+        self.told = False
         self.next_seq = 1
         self._next_wire_seq = 1
         # seq <-> wire sequence number, of the messages that went out and are unacknowledged
@@ -160,7 +212,7 @@ class StreamSender:
         seq = self.next_seq
         self.next_seq += 1
         self.unacked[seq] = payload
-        if self._waiting or self.open_seq is not None or len(self.unacked) > self.window_messages:
+        if self._waiting or self.open_seq is not None or len(self.unacked) > self.window:
             self._waiting.append(seq)
         else:
             self._queue_frame(seq, payload)
@@ -169,7 +221,7 @@ class StreamSender:
     def can_open(self) -> bool:
         """Whether a message may start before its body is whole: none is
         open, none waits, and the window has room."""
-        return self.open_seq is None and not self._waiting and len(self.unacked) < self.window_messages
+        return self.open_seq is None and not self._waiting and len(self.unacked) < self.window
 
     def open(self, length: int) -> int:
         """Start a message of `length` bytes whose body `write` gives in parts."""
@@ -258,7 +310,7 @@ class StreamSender:
     def _release(self) -> None:
         """Send the waiting messages the window has room for now."""
         waiting = self._waiting
-        while waiting and self.open_seq is None and len(self.unacked) - len(waiting) < self.window_messages:
+        while waiting and self.open_seq is None and len(self.unacked) - len(waiting) < self.window:
             seq = waiting.popleft()
             payload = self.unacked[seq]
             assert not isinstance(payload, StreamedBody)  # an open message never waits
@@ -279,9 +331,12 @@ class StreamSender:
     def start_connection(self) -> bytes:
         """The first bytes of a (new) connection: the hello and every message
         sent but not acknowledged, again, in order (those waiting for room
-        go on waiting). Clears pending output."""
+        go on waiting). Clears pending output, and what the last connection
+        left of an acknowledgement."""
         self._pending.clear()
-        parts = [encode_hello(self.session_id)]
+        self._buffer.clear()
+        self.told = False
+        parts = [encode_hello(self.session_id, self.version)]
         first_waiting = self._waiting[0] if self._waiting else self.next_seq
         for seq, payload in self.unacked.items():
             if seq >= first_waiting:
@@ -317,13 +372,30 @@ class StreamSender:
         pending.clear()
         return data
 
+    def speak_version_1(self) -> None:
+        """The receiver knows only version 1 (it reset our version 2 hello
+        unanswered): the next connections speak it, within its window."""
+        self.version = 1
+        self.granted = STREAM_BASE_WINDOW
+        if self.fixed_window is None:
+            self.window = min(self.window, STREAM_BASE_WINDOW)
+
+    def hello_unanswered(self) -> bool:
+        """Whether this connection spoke version 2 and its receiver has said
+        nothing yet: when it ends so, the receiver knows only version 1."""
+        return self.version >= 2 and not self.told and not self._buffer
+
     def receive(self, data: bytes) -> list[Ack]:
-        """Acknowledgement bytes from the receiver -> the acks they complete
-        (each with the message's `seq`)."""
+        """Bytes from the receiver -> the acks they complete (each with the
+        message's `seq`). A version 2 receiver's window comes first."""
         buffer = self._buffer
         buffer += data
         acks: list[Ack] = []
         offset = 0
+        if self.version >= 2 and not self.told:
+            if len(buffer) < _WINDOW.size:
+                return acks
+            offset = self._take_window(buffer)
         while len(buffer) - offset >= _ACK.size:
             kind, wire_seq, status = _ACK.unpack_from(buffer, offset)
             if kind != ACK or status not in KNOWN_STATUSES:
@@ -339,12 +411,57 @@ class StreamSender:
             else:
                 del self.unacked[seq]
                 self._settled(seq)
+                self._adjust_window(status)
             acks.append(Ack(seq, status))
             offset += _ACK.size
         del buffer[:offset]
-        if acks and self._waiting:
+        if self._waiting:
             self._release()
         return acks
+
+    def _take_window(self, buffer: bytearray) -> int:
+        """Read the receiver's window at the start of `buffer`; returns its size."""
+        kind, messages = _WINDOW.unpack_from(buffer, 0)
+        if kind != WINDOW or messages < STREAM_BASE_WINDOW:
+            raise StreamError(f"expected the receiver's window, got frame type {kind}"
+                              if kind != WINDOW else f"a window of {messages} messages, below "
+                              f"the {STREAM_BASE_WINDOW} every receiver takes")
+        self.told = True
+        self.granted = min(messages, STREAM_WINDOW)
+        if self.fixed_window is None:
+            self.window = min(self.window, self.granted)
+        return _WINDOW.size
+
+    def _adjust_window(self, status: int) -> None:
+        """One message answered `status`: halve the window if the receiver was full."""
+        if self.fixed_window is None and status == STATUS_REFUSED:
+            self.window = max(STREAM_BASE_WINDOW, self.window // 2)
+
+    def size_to_path(self, acked: int, now: float, rtt: float | None) -> None:
+        """`acked` messages were acknowledged at `now` (0: one was submitted),
+        on a path whose smoothed round trip is `rtt` (None before the first
+        sample). Once a round trip has passed, the window becomes
+        PATH_HEADROOM times what it carried; after a round trip without
+        answers (idle, or one large message under way), the receiver's
+        whole window on a long path, the base one on a short path; always
+        within STREAM_BASE_WINDOW and `granted`."""
+        if self._round_start is None:
+            self._round_start = now
+        if self.fixed_window is not None or rtt is None:
+            return
+        self._round_acked += acked
+        elapsed = now - self._round_start
+        if elapsed < rtt or elapsed <= 0:
+            return
+        if self._round_acked:
+            window = math.ceil(PATH_HEADROOM * self._round_acked * rtt / elapsed)
+        else:
+            window = self.granted if rtt >= LONG_PATH_RTT else STREAM_BASE_WINDOW
+        self.window = max(STREAM_BASE_WINDOW, min(self.granted, window))
+        self._round_start = now
+        self._round_acked = 0
+        if self._waiting:
+            self._release()
 
 
 @dataclass(slots=True)
@@ -357,14 +474,17 @@ class SessionRecord:
     a message it sends again is never older than that window: an older one
     was acknowledged. Within the window, a sequence number without an answer
     was never answered (a record restored after a restart holds only what was
-    committed), so that message is delivered.
+    committed), so that message is delivered. The answers are one byte per
+    number of the window (`answers[seq % STREAM_WINDOW]`, 0 for none), made
+    on the first answer: constant memory and constant time per message,
+    however the sender numbers them.
 
     It also holds the highest sequence number this node has seen of the
     session (`seen_upto`, 0 before the first), which the next may pass by
     at most STREAM_WINDOW (`see`)."""
 
     taken_upto: int = 0
-    answers: OrderedDict[int, int] | None = None
+    answers: bytearray | None = None
     seen_upto: int = 0
 
     @classmethod
@@ -389,27 +509,40 @@ class SessionRecord:
         self.seen_upto = max(self.seen_upto, seq)
 
     def take(self, seq: int) -> None:
-        self.taken_upto = max(self.taken_upto, seq)
+        """Message `seq` goes to the application: the window moves up to it,
+        and the answers of the numbers it leaves behind are forgotten."""
+        ahead = seq - self.taken_upto
+        if ahead <= 0:
+            return
+        answers = self.answers
+        if answers is not None:
+            if ahead >= STREAM_WINDOW:
+                answers[:] = bytes(STREAM_WINDOW)
+            else:
+                first = (self.taken_upto + 1) % STREAM_WINDOW
+                stop = first + ahead
+                answers[first:stop] = bytes(min(stop, STREAM_WINDOW) - first)
+                if stop > STREAM_WINDOW:
+                    answers[:stop - STREAM_WINDOW] = bytes(stop - STREAM_WINDOW)
+        self.taken_upto = seq
 
     def remember(self, seq: int, status: int) -> None:
-        answers = self.answers
-        if answers is None:
-            answers = self.answers = OrderedDict()
-        answers[seq] = status
-        # Answers come in about sequence order: drop those now older than the window.
-        floor = self.taken_upto - STREAM_WINDOW
-        while answers and next(iter(answers)) <= floor:
-            answers.popitem(last=False)
-        if len(answers) > 2 * STREAM_WINDOW:  # out of order enough to leave old ones behind
-            self.answers = OrderedDict((old, kept) for old, kept in answers.items() if old > floor)
+        """Message `seq` was answered `status` (one answered unread, 413,
+        moves the window up to it too)."""
+        self.take(seq)
+        if seq <= self.taken_upto - STREAM_WINDOW:
+            return
+        if self.answers is None:
+            self.answers = bytearray(STREAM_WINDOW)
+        self.answers[seq % STREAM_WINDOW] = _STATUS_CODES[status]
 
     def status_of(self, seq: int) -> int | None:
-        """The answer given to `seq`, or None if it was never answered."""
-        if self.answers is not None and seq in self.answers:
-            return self.answers[seq]
+        """The answer given to `seq` (at most `taken_upto`), or None if it was never answered."""
         if seq <= self.taken_upto - STREAM_WINDOW:
             return STATUS_QUEUED
-        return None
+        if self.answers is None:
+            return None
+        return _CODE_STATUSES[self.answers[seq % STREAM_WINDOW]]
 
 
 class SessionTable(SessionLru[SessionRecord]):
@@ -470,13 +603,13 @@ class StreamReceiver:
             if len(buffer) < _HELLO.size:
                 return events
             magic, version, session_id = _HELLO.unpack_from(buffer, 0)
-            if magic != MAGIC or version != VERSION:
+            if magic != MAGIC or version not in VERSIONS:
                 raise StreamError(f"not a message stream (magic {magic!r}, version {version})")
             self.record = self.table.record(self.peer, session_id)
             # Stop here: the caller first settles any older connection of
             # this session, then feeds b"" to read on against its answers.
             del buffer[:_HELLO.size]
-            return [Hello(session_id)]
+            return [Hello(session_id, version)]
         while len(buffer) - offset >= _MESSAGE.size:
             kind, seq, length = _MESSAGE.unpack_from(buffer, offset)
             if kind != MESSAGE:
@@ -535,6 +668,12 @@ class StreamReceiver:
         taken = min(self._skip, len(self._buffer) - offset)
         self._skip -= taken
         return offset + taken
+
+    @staticmethod
+    def welcome(hello: Hello) -> bytes:
+        """What goes back first on a connection that said `hello`: a version 2
+        sender is told the window, a version 1 sender nothing (it knows it)."""
+        return encode_window(STREAM_WINDOW) if hello.version >= 2 else b""
 
     def answer(self, seq: int, status: int) -> bytes:
         """Record a message's fate and return its acknowledgement frame."""

@@ -59,7 +59,8 @@ from axl.identity import NodeIdentity
 from axl.node.streamsessions import SessionKey, SessionLru
 
 # 2: payloads of APART_BYTES or more in files of their own (messages.apart: their length).
-SCHEMA_VERSION = 2
+# 3: session records of STREAM_WINDOW bits (4096, where 2 had 256).
+SCHEMA_VERSION = 3
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL,"
@@ -69,7 +70,9 @@ _SCHEMA = (
 )
 _WINDOW_BYTES = STREAM_WINDOW // 8
 _WINDOW_MASK = (1 << STREAM_WINDOW) - 1
-_COMMITTED = struct.Struct(f"!Q{_WINDOW_BYTES}s")
+_COMMITTED_UPTO = struct.Struct("!Q")
+# The window of the session records of schemas 1 and 2, in bits.
+_OLD_WINDOW = 256
 _SESSION_ID = struct.Struct("!Q")
 _PAGE_SIZE = 4096
 # A checkpoint after about this many pages in the WAL (SQLite's own default),
@@ -147,10 +150,10 @@ class CommittedSession:
     """The messages of one sender's stream session that the inbox committed:
     the highest sequence number, and which of the STREAM_WINDOW numbers up
     to it (bit i: `taken_upto - i`). What a restarted node answers a sender
-    repeating them, in 40 bytes, updated in constant time: a number far
-    ahead of the others (the first the stream saw of a session it did not
-    know) leaves no number of the window behind it, never a shift that
-    long."""
+    repeating them, in 8 + STREAM_WINDOW / 8 bytes, updated in constant
+    time: a number far ahead of the others (the first the stream saw of a
+    session it did not know) leaves no number of the window behind it,
+    never a shift that long."""
 
     taken_upto: int = 0
     bits: int = 0
@@ -168,19 +171,21 @@ class CommittedSession:
 
     def committed(self) -> Iterator[int]:
         """The sequence numbers committed within the window, in order."""
-        for back in range(STREAM_WINDOW - 1, -1, -1):
-            if self.bits >> back & 1:
-                yield self.taken_upto - back
+        bits = self.bits
+        while bits:
+            back = bits.bit_length() - 1
+            yield self.taken_upto - back
+            bits ^= 1 << back
 
     def encode(self) -> bytes:
-        return _COMMITTED.pack(self.taken_upto, self.bits.to_bytes(_WINDOW_BYTES, "big"))
+        return _COMMITTED_UPTO.pack(self.taken_upto) + self.bits.to_bytes(_WINDOW_BYTES, "big")
 
     @classmethod
-    def decode(cls, blob: bytes) -> CommittedSession:
-        if len(blob) != _COMMITTED.size:
+    def decode(cls, blob: bytes, window: int = STREAM_WINDOW) -> CommittedSession:
+        """A record written by `encode`, or by a schema whose window was `window` bits."""
+        if len(blob) != _COMMITTED_UPTO.size + window // 8:
             raise ValueError(f"a session record of {len(blob)} bytes")
-        taken_upto, bits = _COMMITTED.unpack(blob)
-        return cls(taken_upto, int.from_bytes(bits, "big"))
+        return cls(_COMMITTED_UPTO.unpack_from(blob)[0], int.from_bytes(blob[_COMMITTED_UPTO.size:], "big"))
 
 
 # The sessions the inbox keeps answers for, bounded as the message stream's receiver keeps them.
@@ -481,20 +486,37 @@ def _start_up_transaction(db: sqlite3.Connection, path: Path) -> Iterator[None]:
 
 
 def _claim(db: sqlite3.Connection, path: Path, owner: bytes) -> None:
-    """Make a new file an inbox of this node (or upgrade one of schema 1),
-    and write once (a start counter), so that a disk too full for a commit shows now."""
+    """Make a new file an inbox of this node (or upgrade one of an older
+    schema), and write once (a start counter), so that a disk too full for a
+    commit shows now."""
     with _start_up_transaction(db, path):
         for statement in _SCHEMA:
             db.execute(statement)
         if db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
             db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
                            [("schema", SCHEMA_VERSION), ("node", owner.hex()), ("last_id", 0), ("starts", 0)])
-        elif db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0] == 1:
-            # Version 1 kept every payload in its row: they stay there.
-            db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
-            db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
-            log.info("inbox %s: upgraded from schema 1 to %d", path, SCHEMA_VERSION)
+        else:
+            _upgrade(db, path)
         db.execute("UPDATE meta SET value = value + 1 WHERE name = 'starts'")
+
+
+def _upgrade(db: sqlite3.Connection, path: Path) -> None:
+    """Bring a file of an older schema to this one, inside the start-up transaction."""
+    schema = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
+    if schema == SCHEMA_VERSION:
+        return
+    if schema == 1:
+        # Version 1 kept every payload in its row: they stay there.
+        db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
+    # Versions 1 and 2 kept a session's window in 256 bits: the same bits, wider.
+    try:
+        widened = [(CommittedSession.decode(record, _OLD_WINDOW).encode(), key)
+                   for key, record in db.execute("SELECT key, record FROM sessions")]
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
+    db.executemany("UPDATE sessions SET record = ? WHERE key = ?", widened)
+    db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
+    log.info("inbox %s: upgraded from schema %d to %d", path, schema, SCHEMA_VERSION)
 
 
 def _check_meta(found: dict, path: Path, owner: bytes) -> None:

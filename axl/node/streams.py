@@ -12,6 +12,9 @@ A destination whose stream port resets the SYN (a Go node, or one of ours
 with `message_streams` false) is remembered for `UNSUPPORTED_TTL` seconds:
 its messages, including those already waiting, take the
 one-connection-per-message path meanwhile (the message layer's `fallback`).
+One that resets our version 2 hello unanswered (a node of ours from before
+version 2) is remembered for `VERSION_1_TTL` seconds: its streams speak
+version 1 meanwhile, within that version's window.
 
 Like `MessageLayer`, this holds no clock and no task: time comes with each call.
 """
@@ -46,6 +49,7 @@ from axl.node.msgstream import (
     StreamedBody,
     StreamReceiver,
     StreamSender,
+    VERSION,
 )
 from axl.node.stats import ListenerCounts
 from axl.tcp import events as tcp_events
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("axl.streams")
 
 UNSUPPORTED_TTL = 60.0
+VERSION_1_TTL = 600.0
 # A sender closes a stream with nothing outstanding after this long (the
 # receiver's own limit is the idle timeout, conn_idle_timeout_secs).
 SENDER_IDLE = 30.0
@@ -79,6 +84,31 @@ STREAM_ERROR_LOG_INTERVAL = 10.0
 STREAM_ERROR_LOG_PEERS = 1024
 
 Fallback = Callable[[bytes, bytes, float, int], None]
+
+
+class RememberedDestinations:
+    """Destinations remembered for `ttl` seconds each, the `capacity` most
+    recently added (oldest first out)."""
+
+    def __init__(self, ttl: float, capacity: int) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._until: OrderedDict[bytes, float] = OrderedDict()
+
+    def add(self, dest: bytes, now: float) -> None:
+        self._until[dest] = now + self.ttl
+        self._until.move_to_end(dest)
+        if len(self._until) > self.capacity:
+            self._until.popitem(last=False)
+
+    def holds(self, dest: bytes, now: float) -> bool:
+        until = self._until.get(dest)
+        if until is None:
+            return False
+        if until > now:
+            return True
+        del self._until[dest]
+        return False
 
 
 class PeerLogLimit:
@@ -165,7 +195,8 @@ class MessageStreams:
         self._by_conn: dict[TcpConnection, _Link | _InboundStream] = {}
         self._answers: dict[int, _InboundStream] = {}
         self._active: dict[tuple[bytes, int], _InboundStream] = {}
-        self._unsupported: OrderedDict[bytes, float] = OrderedDict()
+        self._unsupported = RememberedDestinations(UNSUPPORTED_TTL, MAX_UNSUPPORTED)
+        self._version_1 = RememberedDestinations(VERSION_1_TTL, MAX_UNSUPPORTED)
         self._sessions = SessionTable()
         self._bodies: dict[int, _Link] = {}  # handle -> link, of messages whose body is arriving
         # handle -> (destination, body) of bodies arriving too slowly to hold a stream up
@@ -181,15 +212,7 @@ class MessageStreams:
 
     def usable(self, dest: bytes, now: float) -> bool:
         """Whether a message to `dest` goes on a stream."""
-        if not self.enabled:
-            return False
-        until = self._unsupported.get(dest)
-        if until is None:
-            return True
-        if until > now:
-            return False
-        del self._unsupported[dest]
-        return True
+        return self.enabled and not self._unsupported.holds(dest, now)
 
     def established(self, dest: bytes) -> bool:
         """Whether messages to `dest` now join a stream that has connected (and
@@ -203,11 +226,13 @@ class MessageStreams:
     def _submit(self, dest: bytes, payload: bytes, handle: int, now: float) -> int:
         link = self._links.get(dest)
         if link is None:
-            sender = StreamSender(self._rng.getrandbits(64), self.settings.stream_window)
+            version = 1 if self._version_1.holds(dest, now) else VERSION
+            sender = StreamSender(self._rng.getrandbits(64), self.settings.stream_window, version)
             link = self._links[dest] = _Link(dest, sender)
         if link.conn is None:
             self._connect(link, now)
         seq = link.sender.submit(payload)
+        link.sender.size_to_path(0, now, link.conn.path.srtt)
         link.handles[seq] = handle
         self._expire_later(link, seq, now)
         if link.sender.open_seq is not None and link.hold_deadline is None:
@@ -351,6 +376,8 @@ class MessageStreams:
         self._schedule(link)
 
     def _acknowledged(self, link: _Link, acks: list[Ack], now: float) -> None:
+        if acks:
+            link.sender.size_to_path(len(acks), now, link.conn.path.srtt)
         too_large_open = False
         for ack in acks:
             link.reopens = 0
@@ -384,7 +411,7 @@ class MessageStreams:
         dest = link.dest.hex()
         if not was_connected and not link.ever_connected and how.startswith("reset"):
             log.info("%s has no message stream port: one connection per message", dest[:16])
-            self._mark_unsupported(link.dest, now)
+            self._unsupported.add(link.dest, now)
             self._forget_link(link)
             for seq, handle in link.handles.items():
                 self._fallback(link.dest, link.sender.payload_of(seq), now, handle)
@@ -392,6 +419,10 @@ class MessageStreams:
         if not was_connected:
             self._end_link(link, never_connected(dest, how))
             return
+        if how.startswith("reset") and link.sender.hello_unanswered():
+            log.info("%s reset a version 2 message stream unanswered: speaking version 1 to it", dest[:16])
+            self._version_1.add(link.dest, now)
+            link.sender.speak_version_1()
         if not link.sender.unacked:
             self._forget_link(link)
             return
@@ -403,12 +434,6 @@ class MessageStreams:
         log.info("message stream to %s broke (%s) with %d outstanding: reopening",
                  dest[:16], how, len(link.sender.unacked))
         self._connect(link, now)
-
-    def _mark_unsupported(self, dest: bytes, now: float) -> None:
-        self._unsupported[dest] = now + UNSUPPORTED_TTL
-        self._unsupported.move_to_end(dest)
-        if len(self._unsupported) > MAX_UNSUPPORTED:
-            self._unsupported.popitem(last=False)
 
     def _end_link(self, link: _Link, error: DeliveryError) -> None:
         for handle in link.handles.values():
@@ -498,6 +523,7 @@ class MessageStreams:
         try:
             events = receiver.feed(data)
             if events and isinstance(events[0], Hello):
+                stream.out += receiver.welcome(events[0])
                 if self._settle(stream, events[0].session_id):
                     return
                 events = receiver.feed(b"")
