@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -462,3 +463,32 @@ def test_a_queue_as_long_as_the_path_is_no_reason_to_time_out() -> None:
     for segment in server.segments_to_send(now + 0.3):
         client.receive_segment(segment, late)
     assert client.unacknowledged == 0
+
+
+@pytest.mark.parametrize("flush_between", [False, True])
+def test_a_first_flight_acknowledged_as_gvisor_does_keeps_slow_start(flush_between: bool) -> None:
+    """Go's TCP answers a new connection's first flight with a run of
+    acknowledgements of the SYN alone, then one covering the flight. All the
+    data arrived: the "duplicates" must not halve the window for good (on a
+    200 ms path a connection left in congestion avoidance at 5 segments
+    carried under 0.02 of the path). Read in one turn, or with the resend
+    sent in between and the full acknowledgement right after it, the
+    window goes on growing from where it was."""
+    client, server = _handshake(TcpConfig(mss=1220))
+    client.send(bytes(400_000))
+    flight = client.segments_to_send(1.0)
+    assert len(flight) == 10
+    for segment in flight:
+        server.receive_segment(segment, 1.1)
+    [full] = server.segments_to_send(1.1)
+    assert full.ack == flight[-1].seq + len(flight[-1].payload)
+    for _ in range(9):
+        client.receive_segment(dataclasses.replace(full, ack=flight[0].seq), 1.2)
+    sent = []
+    if flush_between:
+        sent = client.segments_to_send(1.2)
+        assert sent[0].seq == flight[0].seq, "the fast retransmit left"
+    client.receive_segment(full, 1.2005)
+    sent += client.segments_to_send(1.2005)
+    new = [segment for segment in sent if segment.seq >= full.ack]
+    assert len(new) >= 20, "slow start goes on: 10 acknowledged, 20 may be in flight"

@@ -60,11 +60,48 @@ def test_three_duplicates_enter_fast_recovery_and_a_full_ack_leaves_it():
     assert cc.in_recovery and cc.retransmit_head
     assert cc.ssthresh == 5 * MSS and cc.cwnd == 8 * MSS and cc.recover == 10 * MSS
     cc.retransmit_head = False
-    cc.on_new_ack(2 * MSS, snd_una=2 * MSS, snd_max=10 * MSS, mss=MSS)  # partial: resend the next hole
+    cc.head_resent(now=1.0)
+    cc.on_new_ack(2 * MSS, snd_una=2 * MSS, snd_max=10 * MSS, mss=MSS, now=1.5, srtt=0.5)  # partial: resend the next hole
     assert cc.in_recovery and cc.retransmit_head
-    cc.on_new_ack(8 * MSS, snd_una=10 * MSS, snd_max=10 * MSS, mss=MSS)
-    assert not cc.in_recovery and cc.cwnd == 2 * MSS
+    cc.on_new_ack(8 * MSS, snd_una=10 * MSS, snd_max=10 * MSS, mss=MSS, now=1.6, srtt=0.5)
+    assert not cc.in_recovery and cc.cwnd == 2 * MSS and cc.ssthresh == 5 * MSS
     assert not cc.retransmit_head, "taken in before the resend left: nothing is left to resend"
+
+
+def _recovering(cc: NewReno) -> None:
+    cc.start(MSS)
+    cc.on_new_ack(4 * MSS, snd_una=4 * MSS, snd_max=14 * MSS, mss=MSS)
+    for _ in range(3):
+        cc.on_duplicate_ack(snd_una=4 * MSS, snd_max=14 * MSS, mss=MSS)
+    assert cc.in_recovery and cc.ssthresh == 5 * MSS
+
+
+def test_a_full_ack_before_any_resend_undoes_the_recovery():
+    """Duplicates that were reordering, not loss (gVisor acknowledging a
+    first flight): the whole flight is acknowledged before our resend left,
+    so the window and slow start carry on as before."""
+    cc = NewReno(iss=0, dupack_threshold=3)
+    _recovering(cc)
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.0, srtt=0.2)
+    assert not cc.in_recovery and not cc.retransmit_head
+    assert cc.cwnd == 24 * MSS and cc.ssthresh > 1 << 30, "as before the duplicates, plus what was acknowledged"
+
+
+def test_a_full_ack_sooner_than_half_a_round_trip_after_the_resend_undoes_it():
+    cc = NewReno(iss=0, dupack_threshold=3)
+    _recovering(cc)
+    cc.head_resent(now=2.0)
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.05, srtt=0.2)
+    assert cc.cwnd == 24 * MSS and cc.ssthresh > 1 << 30
+
+
+def test_a_full_ack_a_round_trip_after_the_resend_keeps_the_halved_window():
+    cc = NewReno(iss=0, dupack_threshold=3)
+    _recovering(cc)
+    cc.head_resent(now=2.0)
+    cc.head_resent(now=2.1)  # a partial acknowledgement's resend: the first one counts
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.2, srtt=0.2)
+    assert cc.cwnd == 2 * MSS and cc.ssthresh == 5 * MSS
 
 
 def test_timeout_collapses_the_window_to_one_segment():

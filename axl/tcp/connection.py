@@ -517,7 +517,7 @@ class TcpConnection:
         self._rtt.acknowledged(ack, now)
         self.path.srtt = self._rtt.srtt
         self._retries = 0
-        self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss)
+        self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss, now, self._rtt.srtt)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
 
     def _after_our_fin_acked(self, now: float) -> None:
@@ -750,6 +750,7 @@ class TcpConnection:
             return
         self._rtt.cancel()
         self.path.retransmits += 1
+        self._cc.head_resent(now)
         out.append(self._data_segment(self._snd_una, size, fin))
         self._snd_nxt = max(self._snd_nxt, self._snd_una + size + (1 if fin else 0))
         if self._rto_deadline is None:
