@@ -56,7 +56,7 @@ bench: $(BIN)/axl-node
 	$(PY) -m axl.bench
 
 # Two nodes far apart: their peering crosses a relay paced at 12.5 MB/s and
-# delayed to 50 and 200 ms RTT; beside Go AXL when AXL_GO_BIN_DIR has it.
+# delayed to 50 and 200 ms RTT; beside Go AXL, and ours sending to Go AXL, when AXL_GO_BIN_DIR has it.
 wan: $(BIN)/axl-node
 	$(PY) -m axl.bench.wan
 

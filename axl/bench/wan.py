@@ -6,7 +6,7 @@ would. Per profile it measures what an application sees: how soon a message
 sent as the peering comes up arrives, the first message after the overlay
 has formed, one-way latency, a 16 MiB message after a few small ones, and
 1 KiB messages over /ws; and the same for Go AXL (AXL_GO_BIN_DIR) on the
-same path when its binary is there.
+same path when its binary is there, and for our node sending to Go AXL.
 """
 
 from __future__ import annotations
@@ -145,33 +145,46 @@ class Relay:
         await self.process.wait()
 
 
+@dataclass(frozen=True)
+class Pairing:
+    """Which node sends (near) and which receives (far): Go AXL's binary, or None for ours."""
+
+    near: Path | None
+    far: Path | None
+
+    @property
+    def label(self) -> str:
+        kinds = ["ours" if binary is None else "Go AXL" for binary in (self.near, self.far)]
+        return kinds[0] if kinds[0] == kinds[1] else f"{kinds[0]} -> {kinds[1]}"
+
+
 class PathBench:
-    """One kind of node, two of them, across one shaped path."""
+    """Two nodes, each ours or Go AXL, across one shaped path."""
 
     def __init__(self, http: aiohttp.ClientSession, profile: Profile, work: Work,
-                 workdir: Path, go_binary: Path | None) -> None:
+                 workdir: Path, pairing: Pairing) -> None:
         self.http = http
         self.profile = profile
         self.work = work
         self.workdir = workdir
-        self.go_binary = go_binary
+        self.pairing = pairing
         self.nodes: list[BenchNode] = []
 
-    def _node(self, name: str, relay_port: int | None = None) -> BenchNode:
+    def _node(self, name: str, binary: Path | None, relay_port: int | None = None) -> BenchNode:
         settings = {"Peers": [f"tls://{LOOPBACK}:{relay_port}"]} if relay_port else {}
         node: BenchNode
-        if self.go_binary is not None:
-            node = GoBenchNode(name, self.workdir, "asyncio", settings=settings, binary=self.go_binary)
+        if binary is not None:
+            node = GoBenchNode(name, self.workdir, "asyncio", settings=settings, binary=binary)
         else:
             node = BenchNode(name, self.workdir, "uvloop", settings=settings)
         self.nodes.append(node)
         return node
 
     async def run(self) -> Figures:
-        figures = Figures("Go AXL" if self.go_binary else "ours")
+        figures = Figures(self.pairing.label)
         relay = None
         try:
-            far = self._node("far")
+            far = self._node("far", self.pairing.far)
             far.spawn()
             await far.wait_bridge(self.http)
             relay = await Relay.start(far.listen_port, self.profile.rtt)
@@ -183,8 +196,9 @@ class PathBench:
             figures.one_way_p50_ms = percentile(latencies, 0.50)
             figures.one_way_p99_ms = percentile(latencies, 0.99)
             figures.bulk_mbps = await self._bulk(near, far)
-            if self.go_binary is None:
+            if self.pairing.near is None:
                 figures.overlay = await self._overlay(near, far)
+            if self.pairing == Pairing(None, None):
                 await self._ws(near, far, figures)
         finally:
             for node in self.nodes:
@@ -194,7 +208,7 @@ class PathBench:
         return figures
 
     async def _peered(self, far: BenchNode, relay_port: int, name: str) -> BenchNode:
-        near = self._node(name, relay_port)
+        near = self._node(name, self.pairing.near, relay_port)
         near.spawn()
         await near.wait_bridge(self.http)
         await near.wait_peers(self.http, {far.peer_id})
@@ -350,9 +364,12 @@ async def run(work: Work, with_go: bool, only: str | None = None) -> list[str]:
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for profile in profiles:
             rows = []
-            for binary in [None, go_binary] if go_binary else [None]:
+            pairings = [Pairing(None, None)]
+            if go_binary:
+                pairings += [Pairing(go_binary, go_binary), Pairing(None, go_binary)]
+            for pairing in pairings:
                 with tempfile.TemporaryDirectory(prefix="axl-wan-") as tmp:
-                    rows.append(await PathBench(http, profile, work, Path(tmp), binary).run())
+                    rows.append(await PathBench(http, profile, work, Path(tmp), pairing).run())
             tables.append(render(profile, rows))
             print(tables[-1] + "\n", flush=True)
     if with_go and go_binary is None:
