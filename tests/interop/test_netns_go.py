@@ -27,18 +27,22 @@ from test_netns import API_PORT, HostNode, ip, namespaces_unavailable, ns, stop_
 
 def guard_blind() -> str | None:
     """Why the go-peers guard would refuse here what it allows in a test's own
-    namespace: it tells namespaces apart by /proc/1/ns/net, and where that
-    cannot be read it takes every namespace for the host's."""
+    namespace: it knows such a namespace by its inode, the process's
+    /proc/self/ns/net being one of /run/netns/*, and takes any other for the
+    host's."""
     probe = ns("guardprobe")
     ip("netns", "add", probe)
+    check = ("import glob, os, sys; own = os.stat('/proc/self/ns/net').st_ino; "
+             "sys.exit(0 if any(os.stat(p).st_ino == own for p in glob.glob('/run/netns/*')) else 1)")
     try:
-        done = subprocess.run(["ip", "netns", "exec", probe, sys.executable, "-c",
-                               "import os; os.readlink('/proc/1/ns/net')"], capture_output=True, text=True)
+        done = subprocess.run(["ip", "netns", "exec", probe, sys.executable, "-c", check],
+                              capture_output=True, text=True)
     finally:
         ip("netns", "del", probe, check=False)
     if done.returncode != 0:
         return ("the go-peers guard cannot tell a test's namespace from the host's here "
-                "(/proc/1/ns/net is unreadable), so it refuses Go multicast and unix peers")
+                "(a namespace's /proc/self/ns/net is not one of /run/netns/*), so it refuses "
+                "Go multicast and unix peers")
     return None
 
 
