@@ -60,9 +60,9 @@ KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
 # A sender's window is this many times the messages its path carried in
 # the last round trip: room to find out whether the path carries more.
 PATH_HEADROOM = 8
-# A round trip this long is a long path's (a loopback or LAN one stays under
-# it, delayed ACKs included): its sender starts at the receiver's whole
-# window, instead of spending round trips growing from the base one.
+# A round trip this long is a long path's (a loopback or LAN one stays far
+# under it): its sender starts at the receiver's whole window, instead of
+# spending round trips growing from the base one.
 LONG_PATH_RTT = 0.1
 # How a SessionRecord keeps each answer: one byte, 0 for none.
 _STATUS_CODES = {STATUS_QUEUED: 1, STATUS_REFUSED: 2, STATUS_TOO_LARGE: 3}
@@ -439,8 +439,12 @@ class StreamSender:
 
     def size_to_path(self, acked: int, now: float, rtt: float | None) -> None:
         """`acked` messages were acknowledged at `now` (0: one was submitted),
-        on a path whose smoothed round trip is `rtt` (None before the first
-        sample). Once a round trip has passed, the window becomes
+        on a path whose round trip is `rtt` (None before the first sample).
+        That is the least the overlay TCP sampled, not its smoothed RTT: on
+        loopback the smoothed one grows with the receiver's commits and
+        delayed ACKs, and a window sized by it grew with it, to 4096, where
+        the base one carried more (the durable inbox's /ws rate fell by a
+        third). Once a round trip has passed, the window becomes
         PATH_HEADROOM times what it carried; after a round trip without
         answers (idle, or one large message under way), the receiver's
         whole window on a long path, the base one on a short path; always

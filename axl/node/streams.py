@@ -232,7 +232,7 @@ class MessageStreams:
         if link.conn is None:
             self._connect(link, now)
         seq = link.sender.submit(payload)
-        link.sender.size_to_path(0, now, link.conn.path.srtt)
+        link.sender.size_to_path(0, now, link.conn.path.min_rtt)
         link.handles[seq] = handle
         self._expire_later(link, seq, now)
         if link.sender.open_seq is not None and link.hold_deadline is None:
@@ -377,7 +377,7 @@ class MessageStreams:
 
     def _acknowledged(self, link: _Link, acks: list[Ack], now: float) -> None:
         if acks:
-            link.sender.size_to_path(len(acks), now, link.conn.path.srtt)
+            link.sender.size_to_path(len(acks), now, link.conn.path.min_rtt)
         too_large_open = False
         for ack in acks:
             link.reopens = 0

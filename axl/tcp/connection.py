@@ -515,7 +515,7 @@ class TcpConnection:
         if self._snd_nxt < ack:
             self._snd_nxt = ack
         self._rtt.acknowledged(ack, now)
-        self.path.srtt = self._rtt.srtt
+        self.path.took_sample(self._rtt.srtt, self._rtt.latest)
         self._retries = 0
         self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss, now, self._rtt.srtt)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None

@@ -27,11 +27,21 @@ def initial_window(mss: int) -> int:
 class PathStats:
     """What the connections to one remote address saw of the path, summed
     over them all (the stack shares one per address): the latest smoothed
-    RTT, segments sent again, and retransmission timeouts. For /metrics."""
+    RTT, segments sent again, and retransmission timeouts, for /metrics;
+    and the least RTT sampled, the path's own delay without the queues and
+    the receiver's delayed ACKs that the smoothed one carries (what a
+    message stream sizes its window by)."""
 
     srtt: float | None = None
+    min_rtt: float | None = None
     retransmits: int = 0
     timeouts: int = 0
+
+    def took_sample(self, srtt: float | None, rtt: float | None) -> None:
+        """A connection's estimator now says `srtt`, and its latest sample was `rtt`."""
+        self.srtt = srtt
+        if rtt is not None and (self.min_rtt is None or rtt < self.min_rtt):
+            self.min_rtt = rtt
 
 
 class RttEstimator:
@@ -51,6 +61,8 @@ class RttEstimator:
         self.rttvar = 0.0
         self.timed_seq: int | None = None
         self.timed_at = 0.0
+        # The sample the last acknowledgement gave (None: it gave none).
+        self.latest: float | None = None
 
     def rto(self, cap: float) -> float:
         """The current retransmission timeout, backoff included, at most `cap`."""
@@ -67,8 +79,10 @@ class RttEstimator:
     def acknowledged(self, ack: int, now: float) -> None:
         """New data was acknowledged up to `ack`: take the sample if it covers
         the timed segment, and forget the backoff."""
+        self.latest = None
         if self.timed_seq is not None and ack >= self.timed_seq:
-            self.sample(now - self.timed_at)
+            self.latest = now - self.timed_at
+            self.sample(self.latest)
             self.timed_seq = None
         self.backoff = 0
 
