@@ -492,3 +492,20 @@ def test_a_first_flight_acknowledged_as_gvisor_does_keeps_slow_start(flush_betwe
     sent += client.segments_to_send(1.2005)
     new = [segment for segment in sent if segment.seq >= full.ack]
     assert len(new) >= 20, "slow start goes on: 10 acknowledged, 20 may be in flight"
+
+
+def test_the_path_keeps_its_least_rtt_while_the_smoothed_one_grows() -> None:
+    """A receiver whose answers come late (commits, delayed ACKs) raises the
+    smoothed RTT; the least sample stays the path's own delay, which is what
+    a message stream sizes its window by."""
+    client, server = _handshake()
+    assert client.path.min_rtt == pytest.approx(0.01)
+    now = 1.0
+    for _ in range(20):
+        client.send(b"x" * 100)
+        for segment in client.segments_to_send(now):
+            server.receive_segment(segment, now)
+        for segment in server.segments_to_send(now + 0.05):
+            client.receive_segment(segment, now + 0.05)
+        now += 0.1
+    assert client.path.srtt > 0.04 and client.path.min_rtt == pytest.approx(0.01)
