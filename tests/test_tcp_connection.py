@@ -74,16 +74,18 @@ def test_go_syn_is_answered_with_window_scale_but_no_sack_or_timestamps() -> Non
     assert conn.send_mss == 1220
 
 
-def _handshake(config: TcpConfig | None = None, server_iss: int = 0xFFFFFF00) -> tuple[TcpConnection, TcpConnection]:
+def _handshake(config: TcpConfig | None = None, server_iss: int = 0xFFFFFF00,
+               answered_at: float = 0.01) -> tuple[TcpConnection, TcpConnection]:
+    """A client and a server connected; the SYN-ACK reaches the client at `answered_at`."""
     client = TcpConnection(50000, AXL, 7000, iss=1000, config=config)
     server = TcpConnection(7000, PROBE, 50000, iss=server_iss, config=config)
     client.open_active()
     [syn] = client.segments_to_send(0.0)
     server.open_passive(syn)
     for segment in server.segments_to_send(0.0):
-        client.receive_segment(segment, 0.01)
-    for segment in client.segments_to_send(0.01):
-        server.receive_segment(segment, 0.02)
+        client.receive_segment(segment, answered_at)
+    for segment in client.segments_to_send(answered_at):
+        server.receive_segment(segment, answered_at + 0.01)
     assert client.state is server.state is State.ESTABLISHED
     return client, server
 
@@ -509,3 +511,18 @@ def test_the_path_keeps_its_least_rtt_while_the_smoothed_one_grows() -> None:
             client.receive_segment(segment, now + 0.05)
         now += 0.1
     assert client.path.srtt > 0.04 and client.path.min_rtt == pytest.approx(0.01)
+
+
+def test_a_handshake_that_waited_for_the_overlay_does_not_hold_the_rto_at_seconds() -> None:
+    """The SYN waited a second for the path lookup and session under it; the
+    first data round trip (10 ms) replaces that sample, so a loss right
+    after costs about min_rto, not the seconds an average would keep."""
+    client, server = _handshake(answered_at=1.0)
+    assert client.path.srtt == pytest.approx(1.0)
+    client.send(b"d" * 100)
+    for segment in client.segments_to_send(2.0):
+        server.receive_segment(segment, 2.0)
+    for segment in server.segments_to_send(2.01):
+        client.receive_segment(segment, 2.01)
+    assert client.path.srtt == pytest.approx(0.01)
+    assert client.rto == pytest.approx(0.21)

@@ -61,9 +61,9 @@ def test_three_duplicates_enter_fast_recovery_and_a_full_ack_leaves_it():
     assert cc.ssthresh == 5 * MSS and cc.cwnd == 8 * MSS and cc.recover == 10 * MSS
     cc.retransmit_head = False
     cc.head_resent(now=1.0)
-    cc.on_new_ack(2 * MSS, snd_una=2 * MSS, snd_max=10 * MSS, mss=MSS, now=1.5, srtt=0.5)  # partial: resend the next hole
+    cc.on_new_ack(2 * MSS, snd_una=2 * MSS, snd_max=10 * MSS, mss=MSS, now=1.5, min_rtt=0.5)  # partial: resend the next hole
     assert cc.in_recovery and cc.retransmit_head
-    cc.on_new_ack(8 * MSS, snd_una=10 * MSS, snd_max=10 * MSS, mss=MSS, now=1.6, srtt=0.5)
+    cc.on_new_ack(8 * MSS, snd_una=10 * MSS, snd_max=10 * MSS, mss=MSS, now=1.6, min_rtt=0.5)
     assert not cc.in_recovery and cc.cwnd == 2 * MSS and cc.ssthresh == 5 * MSS
     assert not cc.retransmit_head, "taken in before the resend left: nothing is left to resend"
 
@@ -82,7 +82,7 @@ def test_a_full_ack_before_any_resend_undoes_the_recovery():
     so the window and slow start carry on as before."""
     cc = NewReno(iss=0, dupack_threshold=3)
     _recovering(cc)
-    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.0, srtt=0.2)
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.0, min_rtt=0.2)
     assert not cc.in_recovery and not cc.retransmit_head
     assert cc.cwnd == 24 * MSS and cc.ssthresh > 1 << 30, "as before the duplicates, plus what was acknowledged"
 
@@ -91,7 +91,7 @@ def test_a_full_ack_sooner_than_half_a_round_trip_after_the_resend_undoes_it():
     cc = NewReno(iss=0, dupack_threshold=3)
     _recovering(cc)
     cc.head_resent(now=2.0)
-    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.05, srtt=0.2)
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.05, min_rtt=0.2)
     assert cc.cwnd == 24 * MSS and cc.ssthresh > 1 << 30
 
 
@@ -100,7 +100,7 @@ def test_a_full_ack_a_round_trip_after_the_resend_keeps_the_halved_window():
     _recovering(cc)
     cc.head_resent(now=2.0)
     cc.head_resent(now=2.1)  # a partial acknowledgement's resend: the first one counts
-    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.2, srtt=0.2)
+    cc.on_new_ack(10 * MSS, snd_una=14 * MSS, snd_max=14 * MSS, mss=MSS, now=2.2, min_rtt=0.2)
     assert cc.cwnd == 2 * MSS and cc.ssthresh == 5 * MSS
 
 

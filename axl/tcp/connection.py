@@ -517,7 +517,7 @@ class TcpConnection:
         self._rtt.acknowledged(ack, now)
         self.path.took_sample(self._rtt.srtt, self._rtt.latest)
         self._retries = 0
-        self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss, now, self._rtt.srtt)
+        self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss, now, self.path.min_rtt)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
 
     def _after_our_fin_acked(self, now: float) -> None:

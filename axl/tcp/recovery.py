@@ -63,6 +63,8 @@ class RttEstimator:
         self.timed_at = 0.0
         # The sample the last acknowledgement gave (None: it gave none).
         self.latest: float | None = None
+        # Whether srtt rests on the handshake's sample alone.
+        self.provisional = False
 
     def rto(self, cap: float) -> float:
         """The current retransmission timeout, backoff included, at most `cap`."""
@@ -87,20 +89,31 @@ class RttEstimator:
         self.backoff = 0
 
     def sample(self, rtt: float) -> None:
-        """RFC 6298 section 2, the variance term floored at min_rto (TcpConfig)."""
-        if self.srtt is None:
+        """RFC 6298 section 2, the variance term floored at min_rto (TcpConfig).
+
+        The handshake's sample is provisional: a new overlay connection's SYN
+        often waits for the path lookup and the session handshake under it
+        (about a second on loopback), and averaged in at 1/8 that wait kept
+        the RTO at seconds for dozens of round trips, so one loss early in
+        a transfer cost seconds. The first sample of data replaces it when
+        smaller, as if it were the first."""
+        if self.srtt is None or (self.provisional and rtt < self.srtt):
             self.srtt = rtt
             self.rttvar = rtt / 2
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.provisional = False
         self.base = min(self.max_rto, self.srtt + max(self.min_rto, 4 * self.rttvar))
 
     def established(self) -> None:
-        """The handshake finished: no backoff, and no handshake-inflated base without a sample."""
+        """The handshake finished: no backoff, and no handshake-inflated base
+        without a sample; a sample it gave is provisional (`sample`)."""
         self.backoff = 0
         if self.srtt is None:
             self.base = self.initial_rto
+        else:
+            self.provisional = True
 
     def back_off(self) -> None:
         """A retransmission timeout fired: double the wait, drop the measurement."""
@@ -119,9 +132,11 @@ class NewReno:
     long path the connection then grows one segment per round trip for the
     rest of its life (a 200 ms path: under 0.02 of its rate). When the
     recovery's full acknowledgement comes before our resend could have been
-    answered (before it left, or within half a round trip of it) nothing was
-    lost, so the window and threshold go back to what they were, as an
-    Eifel-style response (RFC 4015) does.
+    answered (before it left, or within half the path's least round trip of
+    it) nothing was lost, so the window and threshold go back to what they
+    were, as an Eifel-style response (RFC 4015) does. The least round trip,
+    not the smoothed one: a queue that swells the smoothed one does not
+    slow the resend's answer on an emptied path.
     """
 
     def __init__(self, iss: int, dupack_threshold: int) -> None:
@@ -148,7 +163,7 @@ class NewReno:
             self._resent_at = now
 
     def on_new_ack(self, acked: int, snd_una: int, snd_max: int, mss: int,
-                   now: float = 0.0, srtt: float | None = None) -> None:
+                   now: float = 0.0, min_rtt: float | None = None) -> None:
         self.dupacks = 0
         if self.in_recovery:
             if snd_una < self.recover:
@@ -159,7 +174,7 @@ class NewReno:
             # choice): the hole a partial one asked to resend is filled.
             self.in_recovery = False
             self.retransmit_head = False
-            if not self._answers_no_resend(now, srtt):
+            if not self._answers_no_resend(now, min_rtt):
                 self.cwnd = min(self.ssthresh, max(snd_max - snd_una, mss) + mss)
                 return
             # Nothing was lost: this acknowledgement counts as any other.
@@ -183,11 +198,11 @@ class NewReno:
             self.in_recovery = True
             self.retransmit_head = True
 
-    def _answers_no_resend(self, now: float, srtt: float | None) -> bool:
+    def _answers_no_resend(self, now: float, min_rtt: float | None) -> bool:
         """Whether the full acknowledgement came too soon to answer our resend."""
         if self._resent_at is None:
             return True
-        return srtt is not None and now - self._resent_at < srtt / 2
+        return min_rtt is not None and now - self._resent_at < min_rtt / 2
 
     def on_timeout(self, snd_una: int, snd_max: int, mss: int, handshaking: bool) -> None:
         # A SYN lost while the overlay was still finding the path says nothing
