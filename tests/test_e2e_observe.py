@@ -108,6 +108,8 @@ def test_counters_move_with_relayed_traffic(trio) -> None:
     assert value(after["b"], "axl_sessions") >= 1
     assert value(after["a"], "axl_link_rtt_seconds", peer=b.peer_id) > 0
     assert value(after["b"], "axl_overlay_rtt_seconds", peer=c.peer_id) > 0
+    assert 0 < value(after["b"], "axl_overlay_min_rtt_seconds", peer=c.peer_id) <= value(
+        after["b"], "axl_overlay_rtt_seconds", peer=c.peer_id)
     for name in ("axl_overlay_retransmits_total", "axl_overlay_timeouts_total"):
         assert (name, (("peer", c.peer_id),)) in after["b"]
     assert ("axl_peer_queue_bytes", (("peer", a.peer_id),)) in after["b"]

@@ -134,6 +134,10 @@ class NodeCollector:
         rtt = GaugeMetricFamily("axl_overlay_rtt_seconds",
                                 "Smoothed round-trip time the overlay TCP measured to each remote node.",
                                 labels=["peer"])
+        least = GaugeMetricFamily("axl_overlay_min_rtt_seconds",
+                                  "Least round-trip time the overlay TCP sampled to each remote node: "
+                                  "the path's own delay, without its queues.",
+                                  labels=["peer"])
         retransmits = CounterMetricFamily("axl_overlay_retransmits",
                                           "Overlay TCP segments sent again to each remote node.",
                                           labels=["peer"])
@@ -143,9 +147,11 @@ class NodeCollector:
         for label, path in self.node.overlay_paths():
             if path.srtt is not None:
                 rtt.add_metric([label], path.srtt)
+            if path.min_rtt is not None:
+                least.add_metric([label], path.min_rtt)
             retransmits.add_metric([label], path.retransmits)
             timeouts.add_metric([label], path.timeouts)
-        yield from (rtt, retransmits, timeouts)
+        yield from (rtt, least, retransmits, timeouts)
 
     def _queues(self) -> Iterator[Metric]:
         node = self.node
