@@ -526,3 +526,35 @@ def test_a_handshake_that_waited_for_the_overlay_does_not_hold_the_rto_at_second
         client.receive_segment(segment, 2.01)
     assert client.path.srtt == pytest.approx(0.01)
     assert client.rto == pytest.approx(0.21)
+
+
+def test_duplicate_acks_let_new_segments_out_until_fast_retransmit() -> None:
+    """Limited Transmit (RFC 3042): each of the first two duplicate ACKs lets
+    one new segment out beyond cwnd, and their own duplicates reach the
+    three that start fast retransmit. With few segments in flight (a message
+    stream's are 64 KiB) a loss is otherwise found only by the RTO: through
+    a router that drops one segment in four, every loss cost 0.2 s."""
+    client, server = _handshake(TcpConfig(mss=1220))
+    client.send(b"w" * 100)
+    for segment in client.segments_to_send(0.5):
+        server.receive_segment(segment, 0.5)
+    for segment in server.segments_to_send(0.5):
+        client.receive_segment(segment, 0.51)  # the window as the data's ACKs will carry it
+    client.send(bytes(100_000))
+    flight = client.segments_to_send(1.0)
+    lost = flight[0]
+    sent = _each_answered(client, server, flight[1:3], 1.1)
+    assert [s.seq for s in sent] == [flight[-1].seq + 1220, flight[-1].seq + 2440], "one new segment per duplicate"
+    resent = _each_answered(client, server, sent, 1.3)
+    assert resent[0].seq == lost.seq and client.path.timeouts == 0, "fast retransmit, no timeout"
+
+
+def _each_answered(client: TcpConnection, server: TcpConnection, segments: list, now: float) -> list:
+    """Each segment reaches the server at `now`; what the client sends on each of its answers, 0.1 s later."""
+    sent = []
+    for segment in segments:
+        server.receive_segment(segment, now)
+        for ack in server.segments_to_send(now):
+            client.receive_segment(ack, now + 0.1)
+            sent += client.segments_to_send(now + 0.1)
+    return sent

@@ -118,3 +118,15 @@ def test_a_lost_syn_leaves_slow_start_unbounded():
     assert cc.ssthresh > 1 << 30
     cc.on_new_ack(64 * MSS, snd_una=64 * MSS, snd_max=640 * MSS, mss=64 * MSS)
     assert cc.cwnd == initial_window(64 * MSS) + 64 * MSS
+
+
+def test_the_first_two_duplicates_each_allow_one_more_segment():
+    cc = NewReno(iss=0, dupack_threshold=3)
+    cc.start(MSS)
+    assert cc.limited_transmit(MSS) == 0
+    cc.on_duplicate_ack(snd_una=0, snd_max=4 * MSS, mss=MSS)
+    assert cc.limited_transmit(MSS) == MSS
+    cc.on_duplicate_ack(snd_una=0, snd_max=5 * MSS, mss=MSS)
+    assert cc.limited_transmit(MSS) == 2 * MSS
+    cc.on_duplicate_ack(snd_una=0, snd_max=6 * MSS, mss=MSS)
+    assert cc.in_recovery and cc.limited_transmit(MSS) == 0

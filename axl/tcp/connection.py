@@ -760,7 +760,7 @@ class TcpConnection:
         data_end = self._send_base + len(self._send_buf)
         mss = self.send_mss
         while True:
-            window_end = self._snd_una + min(self._snd_wnd, self._cc.cwnd)
+            window_end = self._snd_una + min(self._snd_wnd, self._cc.cwnd + self._cc.limited_transmit(mss))
             pending = data_end - self._snd_nxt
             if pending > 0:
                 size = min(mss, pending, window_end - self._snd_nxt)

@@ -184,6 +184,17 @@ class NewReno:
         else:
             self.cwnd += max(1, mss * acked // self.cwnd)
 
+    def limited_transmit(self, mss: int) -> int:
+        """Room beyond cwnd for new data on the first two duplicate ACKs
+        (Limited Transmit, RFC 3042): each sends one more segment, whose own
+        duplicate ACK helps reach the three that start fast recovery. With
+        few segments in flight (a message stream's are 64 KiB each) a lost
+        one is otherwise followed by too few to be noticed before the RTO;
+        and an ACK that also moves the window is not counted as duplicate."""
+        if self.in_recovery or not 0 < self.dupacks < self.dupack_threshold:
+            return 0
+        return self.dupacks * mss
+
     def on_duplicate_ack(self, snd_una: int, snd_max: int, mss: int) -> None:
         self.dupacks += 1
         if self.in_recovery:
