@@ -514,8 +514,8 @@ class TcpConnection:
         self._snd_una = ack
         if self._snd_nxt < ack:
             self._snd_nxt = ack
-        self._rtt.acknowledged(ack, now)
-        self.path.took_sample(self._rtt.srtt, self._rtt.latest)
+        sample = self._rtt.acknowledged(ack, now)
+        self.path.took_sample(self._rtt.srtt, sample)
         self._retries = 0
         self._cc.on_new_ack(acked, self._snd_una, self._snd_max, self.send_mss, now, self.path.min_rtt)
         self._rto_deadline = now + self.rto if self._snd_max > self._snd_una else None
@@ -759,8 +759,9 @@ class TcpConnection:
     def _emit_data(self, out: list[TcpSegment], now: float) -> None:
         data_end = self._send_base + len(self._send_buf)
         mss = self.send_mss
+        # Nothing sent below moves SND.UNA or either window.
+        window_end = self._snd_una + min(self._snd_wnd, self._cc.cwnd + self._cc.limited_transmit(mss))
         while True:
-            window_end = self._snd_una + min(self._snd_wnd, self._cc.cwnd + self._cc.limited_transmit(mss))
             pending = data_end - self._snd_nxt
             if pending > 0:
                 size = min(mss, pending, window_end - self._snd_nxt)

@@ -61,8 +61,6 @@ class RttEstimator:
         self.rttvar = 0.0
         self.timed_seq: int | None = None
         self.timed_at = 0.0
-        # The sample the last acknowledgement gave (None: it gave none).
-        self.latest: float | None = None
         # Whether srtt rests on the handshake's sample alone.
         self.provisional = False
 
@@ -78,15 +76,16 @@ class RttEstimator:
     def cancel(self) -> None:
         self.timed_seq = None
 
-    def acknowledged(self, ack: int, now: float) -> None:
+    def acknowledged(self, ack: int, now: float) -> float | None:
         """New data was acknowledged up to `ack`: take the sample if it covers
-        the timed segment, and forget the backoff."""
-        self.latest = None
-        if self.timed_seq is not None and ack >= self.timed_seq:
-            self.latest = now - self.timed_at
-            self.sample(self.latest)
-            self.timed_seq = None
+        the timed segment, and forget the backoff. Returns the sample taken."""
         self.backoff = 0
+        if self.timed_seq is None or ack < self.timed_seq:
+            return None
+        rtt = now - self.timed_at
+        self.sample(rtt)
+        self.timed_seq = None
+        return rtt
 
     def sample(self, rtt: float) -> None:
         """RFC 6298 section 2, the variance term floored at min_rto (TcpConfig).
