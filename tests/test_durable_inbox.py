@@ -307,7 +307,7 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         assert drain(node) == [b"warm-up"]
         reader = sqlite3.connect(cluster.inbox_path("a"), isolation_level=None)
         reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM messages").fetchone()
+        reader.execute("SELECT count(*) FROM batches").fetchone()
         # Payloads kept in the database (below APART_BYTES), until the WAL is past its cap of 16,000 pages.
         size, statuses = APART_BYTES * 3 // 4, []
         for number in range(WAL_CAP_PAGES * 4096 // size + 40):

@@ -8,6 +8,8 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -415,21 +417,29 @@ async def test_an_inbox_of_schema_1_opens_with_its_messages_and_is_upgraded(tmp_
     again.close()
 
 
-def schema_2_inbox(path: Path, session_records: list[bytes]) -> None:
-    """A file as the node wrote it before stream windows grew past 256: a
-    session record is u64 taken_upto and 256 bits (bit i: taken_upto - i)."""
+@contextmanager
+def row_per_message_inbox(path: Path, schema: int, last_id: int) -> Iterator[sqlite3.Connection]:
+    """A file of schema 2 or 3 (a row per message, with `apart`), for the
+    caller to fill, then closed."""
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA journal_mode = WAL")
         for statement in V1_SCHEMA:
             db.execute(statement)
         db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
         db.executemany("INSERT INTO meta (name, value) VALUES (?, ?)",
-                       [("schema", 2), ("node", OWNER.hex()), ("last_id", 1), ("starts", 1)])
+                       [("schema", schema), ("node", OWNER.hex()), ("last_id", last_id), ("starts", 1)])
+        yield db
+    db.close()
+
+
+def schema_2_inbox(path: Path, session_records: list[bytes]) -> None:
+    """A file as the node wrote it before stream windows grew past 256: a
+    session record is u64 taken_upto and 256 bits (bit i: taken_upto - i)."""
+    with row_per_message_inbox(path, schema=2, last_id=1) as db:
         db.execute("INSERT INTO messages (id, sender, payload) VALUES (1, ?, ?)", (SENDER, b"kept"))
         db.executemany("INSERT INTO sessions (key, record, used) VALUES (?, ?, ?)",
                        [(SENDER + session_id.to_bytes(8, "big"), record, session_id)
                         for session_id, record in enumerate(session_records, 1)])
-    db.close()
 
 
 def test_an_inbox_of_schema_2_keeps_its_sessions_answers_in_the_wider_window(tmp_path: Path) -> None:
@@ -543,3 +553,64 @@ def test_the_file_is_for_its_owner_only(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def table_rows(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as db:
+        count = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    db.close()
+    return count
+
+
+async def test_a_commits_messages_share_a_row_kept_until_the_last_is_delivered(tmp_path: Path) -> None:
+    """One row per commit; a row partly delivered gives back only its other
+    messages after a reopen, and goes once they are delivered too."""
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    outcomes = Outcomes()
+    for payload in (b"m1", b"m2", b"m3"):
+        outcomes.offer(inbox, payload)
+    await settle(inbox)
+    outcomes.offer(inbox, b"m4")
+    await settle(inbox)
+    assert table_rows(path, "batches") == 2
+    m1, m2 = inbox.get_nowait(), inbox.get_nowait()
+    inbox.delivered([m2])
+    await settle(inbox)
+    inbox.close()
+    assert (table_rows(path, "batches"), table_rows(path, "delivered")) == (2, 1)
+
+    again = Inbox(100, 1 << 30, open_store(path))
+    kept = [again.get_nowait() for _ in range(len(again))]
+    assert [(m.id, m.payload) for m in kept] == [(m1.id, b"m1"), (m1.id + 2, b"m3"), (m1.id + 3, b"m4")]
+    again.delivered(kept[:2])
+    await settle(again)
+    assert (table_rows(path, "batches"), table_rows(path, "delivered")) == (1, 0)
+    again.close()
+
+
+async def test_an_inbox_of_schema_3_moves_its_messages_into_rows(tmp_path: Path) -> None:
+    """A row per message, a payload kept apart as its length: after the
+    upgrade the same messages, the file of the one kept apart still used."""
+    path = tmp_path / "inbox.sqlite3"
+    with row_per_message_inbox(path, schema=3, last_id=12) as db:
+        db.executemany("INSERT INTO messages (id, sender, payload, apart) VALUES (?, ?, ?, ?)",
+                       [(10, SENDER, b"in its row", None), (12, SENDER, b"", BIG)])
+    folder = path.with_name(path.name + ".payloads")
+    folder.mkdir()
+    (folder / "12").write_bytes(b"A" * BIG)
+
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    kept = [inbox.get_nowait() for _ in range(len(inbox))]
+    assert [(m.id, m.payload) for m in kept] == [(10, b"in its row"), (12, b"A" * BIG)]
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    db.close()
+    assert "messages" not in tables and table_rows(path, "batches") == 1
+    inbox.delivered(kept)
+    await settle(inbox)
+    assert payload_files(path) == [] and table_rows(path, "batches") == 0
+    Outcomes().offer(inbox, b"new")
+    await settle(inbox)
+    assert inbox.get_nowait().id == 13
+    inbox.close()

@@ -50,6 +50,7 @@ def _inbox_mode_rows(mode: str, how: str) -> list[Row]:
         Row(f"small_cpu_receiver_ms_inbox_{mode}", "  CPU per message: receiving node, ms", "{:.3f}"),
         Row(f"ws_msgs_per_s_inbox_{mode}", f"1 KiB over one /ws socket, {how}, acknowledged/s", "{:.0f}"),
         Row(f"ws_lost_inbox_{mode}", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+        Row(f"ws_refused_share_inbox_{mode}", "  share refused (503: the receiver's queue was full)", "{:.2f}"),
         Row(f"ws_cpu_receiver_ms_inbox_{mode}", "  CPU per message: receiving node, ms", "{:.3f}"),
     ]
     if mode != "off":  # an inbox in memory makes no commits
@@ -88,6 +89,7 @@ ROWS: list[Row] = [
     Row("ws_ratio_noop", "  ratio to no-op rate", "{:.3f}", ">= 1"),
     Row("ws_ratio_inbox_off", "  ratio to the same with the inbox in memory", "{:.3f}", ">= 0.9"),
     Row("ws_lost", "  lost (acknowledged, never received)", "{:.0f}", "0"),
+    Row("ws_refused_share", "  share refused (503: the receiver's queue was full)", "{:.2f}"),
     Row("ws_cpu_sender_ms", "  CPU per message: sending node, ms", "{:.3f}"),
     Row("ws_cpu_receiver_ms", "  CPU per message: receiving node, ms", "{:.3f}"),
     Row("ws_commit_ms", "  receiver's inbox commit, mean ms", "{:.2f}"),

@@ -4,7 +4,7 @@
 Arrivals and deliveries wait in the batch being gathered; a commit takes
 them all, at the end of the event-loop turn, or once the commit under way
 on the store's thread (with `inbox_sync` "full", or with payload files to
-write or remove: InboxStore.writes_in_thread) is done. Checkpoints run
+write or remove: PreparedBatch.in_thread) is done. Checkpoints run
 meanwhile on a thread of their own.
 So an idle node commits each message alone and a busy one hundreds at once,
 and batches are committed in the order they were gathered. Only once its
@@ -248,11 +248,12 @@ class Journal:
         try:
             batch.inserts = [(s.message.id, s.message.sender, s.message.payload) for s in staged]
             batch.sessions = self._sessions_after(staged)
-            if store.writes_in_thread(batch):
-                self._commit_under_way = asyncio.wrap_future(store.write_in_thread(batch))
+            prepared = store.prepare(batch)
+            if prepared.in_thread:
+                self._commit_under_way = asyncio.wrap_future(store.write_in_thread(prepared))
                 self._commit_under_way.add_done_callback(partial(self._committed, staged, batch, started))
                 return
-            store.write(batch)
+            store.write(prepared)
         except Exception as exc:
             self._failed(staged, batch, exc)
             return

@@ -4,15 +4,16 @@ It holds the messages of the receive queue that no client has been handed
 yet (or that one holds without having said it is done), and, per message
 stream session, the sequence numbers whose messages it holds, so that a
 sender repeating them after a restart gets its answer again instead of a
-second delivery (axl.node.msgstream, SessionRecord.restored).
+second delivery (axl.node.msgstream, SessionRecord.restored). A commit's
+messages share one row (axl.node.inboxrows says why and how).
 
 A payload of APART_BYTES or more is kept out of the database, in a file
-of its own in `<file>.payloads/` named by the message's id, its row
+of its own in `<file>.payloads/` named by the message's id, its record
 holding only its length: written before the row is committed (and, with
 "full", flushed to the disk with its folder first), removed after the
-row's deletion is committed. So a crash at any moment leaves either a row
-with its whole file, or a file without a row (the message was never
-acknowledged, or was delivered), which start-up removes. SQLite would
+message's delivery is committed. So a crash at any moment leaves either a
+record with its whole file, or a file without a record (the message was
+never acknowledged, or was delivered), which start-up removes. SQLite would
 copy such a payload four times (bound into the statement, into its pages,
 into the WAL, checkpointed into the database) and read it back to free its
 pages; a file is written once, and removed before the operating system may
@@ -22,11 +23,12 @@ The node holds the file (an flock on `<file>.lock` beside it) while it
 runs: a second node given the same `inbox_path` stops at start-up. What may wait for the disk runs on
 threads of the store's own; the rest on the event loop's, where it costs
 CPU only (docs/architecture.md, "The durable inbox"):
-- `write` puts a batch into one transaction and commits it: with
-  `inbox_sync` "normal" that is a write into the WAL, which the operating
-  system holds, so a batch of small messages is written on the loop;
-  `write_in_thread` is for "full", whose commit waits for `fsync`, and for
-  a batch with payload files to write or remove (`writes_in_thread`);
+- `prepare` encodes a batch; `write` puts it into one transaction and
+  commits it: with `inbox_sync` "normal" that is a write into the WAL,
+  which the operating system holds, so a batch of small messages is
+  written on the loop; `write_in_thread` is for "full", whose commit waits
+  for `fsync`, and for a batch with payload files to write or remove or
+  THREAD_BYTES to copy (`PreparedBatch.in_thread`);
 - `checkpoint_in_thread` copies the WAL into the database and flushes both,
   every CHECKPOINT_PAGES or so, on a second connection and thread, while
   commits go on (SQLite's own automatic checkpoints, which would run inside
@@ -56,18 +58,25 @@ from pathlib import Path
 from axl.budgets import STREAM_WINDOW
 from axl.config import NodeConfig
 from axl.identity import NodeIdentity
+from axl.node.inboxrows import (APART, DeliveryPlan, MessageRows, add_apart_record, add_record,
+                                decode_bits, decode_records, encode_bits)
 from axl.node.streamsessions import SessionKey, SessionLru
+from axl.wire import KEY_SIZE
 
 # 2: payloads of APART_BYTES or more in files of their own (messages.apart: their length).
 # 3: session records of STREAM_WINDOW bits (4096, where 2 had 256).
-SCHEMA_VERSION = 3
+# 4: a commit's messages in one row of `batches` (first: its first message's
+#    id), the delivered ones in a bitmap in `delivered`; no `messages` table.
+SCHEMA_VERSION = 4
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender BLOB NOT NULL, payload BLOB NOT NULL,"
-    " apart INTEGER)",
+    "CREATE TABLE IF NOT EXISTS batches (first INTEGER PRIMARY KEY, records BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS delivered (first INTEGER PRIMARY KEY, bits BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sessions (key BLOB PRIMARY KEY, record BLOB NOT NULL, used INTEGER NOT NULL)"
     " WITHOUT ROWID",
 )
+# Schemas 1 to 3 kept a row per message, moved into rows of this many at the upgrade.
+_UPGRADE_ROW_RECORDS = 1000
 _WINDOW_BYTES = STREAM_WINDOW // 8
 _WINDOW_MASK = (1 << STREAM_WINDOW) - 1
 _COMMITTED_UPTO = struct.Struct("!Q")
@@ -79,10 +88,13 @@ _PAGE_SIZE = 4096
 # and one that commits wait for if the WAL grew this long all the same.
 CHECKPOINT_PAGES = 1000
 WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
-PEER_KEY_SIZE = 32
 # Payloads this long or longer are kept in files of their own.
 APART_BYTES = 256 * 1024
-_TABLES = {"meta", "messages", "sessions"}
+# A batch whose payloads in the row add up to this much is copied into the
+# database on the store's thread, not on the event loop.
+THREAD_BYTES = 1 << 20
+# The tables every schema has.
+_TABLES = {"meta", "sessions"}
 
 
 log = logging.getLogger("axl.inbox")
@@ -121,6 +133,20 @@ class Batch:
     last_id: int = 0
 
 
+@dataclass
+class PreparedBatch:
+    """A batch encoded for its transaction: the records of the new row, the
+    payloads kept apart, what its deliveries change, and whether it is
+    written on the store's thread."""
+
+    batch: Batch
+    records: list[bytes]
+    row_bytes: int
+    apart: list[tuple[int, bytes]]
+    deliveries: DeliveryPlan
+    in_thread: bool
+
+
 @dataclass(frozen=True)
 class Checkpointed:
     """What a checkpoint left: the WAL's length in pages, and whether it
@@ -138,6 +164,17 @@ class Kept:
     messages: list[tuple[int, bytes, bytes]]
     sessions: list[tuple[SessionKey, CommittedSession]]
     last_id: int
+
+
+@dataclass
+class Found:
+    """What start-up read from the file: what it kept, the rows that hold
+    it, the ids kept apart, and the sessions' last `used` number."""
+
+    kept: Kept
+    rows: MessageRows
+    apart: set[int]
+    used: int
 
 
 def _session_key(key: SessionKey) -> bytes:
@@ -194,11 +231,12 @@ CommittedSessions = SessionLru[CommittedSession]
 
 class InboxStore:
     """The open inbox file. `open` checks it and reads it whole; then the node
-    writes a batch at a time: `write` (or `write_in_thread` when it would
-    wait for the disk or copy megabytes), and now and then `checkpoint_in_thread`."""
+    writes a batch at a time: `prepare`, then `write` (or `write_in_thread`
+    when it would wait for the disk or copy megabytes), and now and then
+    `checkpoint_in_thread`."""
 
     def __init__(self, path: Path, lock: int, writer: sqlite3.Connection, checkpointer: sqlite3.Connection,
-                 sync: str, kept: Kept, used: int, apart: set[int]) -> None:
+                 sync: str, found: Found) -> None:
         self.path = path
         self.payloads = _payloads_folder(path)
         self._lock = lock
@@ -206,9 +244,10 @@ class InboxStore:
         self._checkpointer = checkpointer
         # With "full", a commit waits for the disk: not on the event loop.
         self._full = sync == "full"
-        self._apart = apart  # ids of the messages whose payloads are in files of their own
-        self._kept: Kept | None = kept
-        self._used = used
+        self._apart = found.apart  # ids of the messages whose payloads are in files of their own
+        self._rows = found.rows
+        self._kept: Kept | None = found.kept
+        self._used = found.used
         self._wal_pages = 0  # about how many pages were written since the last checkpoint began
         self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox")
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="axl-inbox-checkpoint")
@@ -228,7 +267,7 @@ class InboxStore:
             _check(writer, path, owner)
             _set_modes(writer, path, sync)
             _claim(writer, path, owner)
-            kept, used, apart = _read(writer, path)
+            found = _read(writer, path)
             checkpointer = _connect(path, connections)
             _set_modes(checkpointer, path, sync)
         except BaseException:
@@ -236,7 +275,7 @@ class InboxStore:
                 connection.close()
             os.close(lock)
             raise
-        return cls(path, lock, writer, checkpointer, sync, kept, used, apart)
+        return cls(path, lock, writer, checkpointer, sync, found)
 
     @property
     def kept_messages(self) -> int:
@@ -249,42 +288,59 @@ class InboxStore:
         assert kept is not None
         return kept
 
-    def writes_in_thread(self, batch: Batch) -> bool:
-        """Would writing `batch` wait for the disk, or copy megabytes? Then
-        `write_in_thread`, else `write` on the loop."""
-        return (self._full or any(len(payload) >= APART_BYTES for _, _, payload in batch.inserts)
-                or any(id_ in self._apart for id_ in batch.deletes))
+    def prepare(self, batch: Batch) -> PreparedBatch:
+        """Encode `batch` (on the loop: a pass over its messages, no copy of
+        a payload). Raises ValueError for a message it cannot hold."""
+        records: list[bytes] = []
+        apart: list[tuple[int, bytes]] = []
+        row_bytes = 0
+        for id_, sender, payload in batch.inserts:
+            size = len(payload)
+            if size < APART_BYTES:
+                row_bytes += size
+                add_record(records, id_, sender, payload)
+            else:
+                apart.append((id_, payload))
+                add_apart_record(records, id_, sender, size)
+        deliveries = self._rows.plan(batch.deletes)
+        in_thread = (self._full or bool(apart) or row_bytes >= THREAD_BYTES
+                     or bool(self._apart) and not self._apart.isdisjoint(deliveries.deletes))
+        return PreparedBatch(batch, records, row_bytes, apart, deliveries, in_thread)
 
-    def write(self, batch: Batch) -> None:
-        """Commit `batch` in one transaction: its payload files written first,
-        and those of its deletions removed after. Raises sqlite3.Error or
-        OSError, having rolled back and removed the files it wrote."""
-        self._count_pages(batch)
-        self._write(batch)
+    def write(self, prepared: PreparedBatch) -> None:
+        """Commit the batch in one transaction: its payload files written
+        first, and those of its deliveries removed after. Raises
+        sqlite3.Error or OSError, having rolled back and removed the files it wrote."""
+        self._count_pages(prepared)
+        self._write(prepared)
 
-    def write_in_thread(self, batch: Batch) -> Future[None]:
+    def write_in_thread(self, prepared: PreparedBatch) -> Future[None]:
         """`write` on the store's thread; the future fails as `write` raises."""
-        self._count_pages(batch)
-        return self._commits.submit(self._write, batch)
+        self._count_pages(prepared)
+        return self._commits.submit(self._write, prepared)
 
-    def _count_pages(self, batch: Batch) -> None:
-        """About how many pages `batch` adds to the WAL: one for each table
+    def _count_pages(self, prepared: PreparedBatch) -> None:
+        """About how many pages the batch adds to the WAL: one for each table
         touched, and the payloads kept in the database."""
-        self._wal_pages += 4 + sum(len(payload) for _, _, payload in batch.inserts
-                                   if len(payload) < APART_BYTES) // _PAGE_SIZE
+        self._wal_pages += 5 + prepared.row_bytes // _PAGE_SIZE
 
-    def _write(self, batch: Batch) -> None:
-        apart = [(id_, payload) for id_, _, payload in batch.inserts if len(payload) >= APART_BYTES]
+    def _write(self, prepared: PreparedBatch) -> None:
+        apart = prepared.apart
         try:
             self._write_payloads(apart)
-            self.stage(batch)
+            self.stage(prepared)
             self.commit()
         except BaseException:
             self.abandon()
             self._remove_payloads([id_ for id_, _ in apart])
             raise
+        inserts = prepared.batch.inserts
+        if inserts:
+            self._rows.add(inserts[0][0], [id_ for id_, _, _ in inserts], len(inserts))
+        self._rows.apply(prepared.deliveries)
         self._apart.update(id_ for id_, _ in apart)
-        self._remove_payloads([id_ for id_ in batch.deletes if id_ in self._apart])
+        if self._apart:
+            self._remove_payloads([id_ for id_ in prepared.deliveries.deletes if id_ in self._apart])
 
     def _write_payloads(self, apart: list[tuple[int, bytes]]) -> None:
         """Each payload into its own file; with "full", flushed to the disk
@@ -309,7 +365,7 @@ class InboxStore:
             _sync_folder(self.payloads)
 
     def _remove_payloads(self, ids: list[int]) -> None:
-        """Remove the files of messages no row points at (any left by a crash go at start-up)."""
+        """Remove the files of messages no record points at (any left by a crash go at start-up)."""
         for id_ in ids:
             self._apart.discard(id_)
             try:
@@ -320,19 +376,17 @@ class InboxStore:
                 log.warning("inbox: cannot remove %s (%s); it is removed at the next start",
                             self.payloads / str(id_), exc.strerror)
 
-    def stage(self, batch: Batch) -> None:
-        """Begin a transaction and write `batch`'s rows into it (no disk I/O
-        but for pages SQLite's cache cannot hold); payloads of APART_BYTES or
-        more only as their length. Raises sqlite3.Error."""
+    def stage(self, prepared: PreparedBatch) -> None:
+        """Begin a transaction and write the batch into it (no disk I/O but
+        for pages SQLite's cache cannot hold). Raises sqlite3.Error."""
         db = self._db
+        batch = prepared.batch
         db.execute("BEGIN")
         try:
             if batch.inserts:
-                db.executemany("INSERT INTO messages (id, sender, payload, apart) VALUES (?, ?, ?, ?)",
-                               [(id_, sender, b"", len(payload)) if len(payload) >= APART_BYTES
-                                else (id_, sender, payload, None) for id_, sender, payload in batch.inserts])
-            if batch.deletes:
-                db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in batch.deletes])
+                db.execute("INSERT INTO batches (first, records) VALUES (?, ?)",
+                           (batch.inserts[0][0], b"".join(prepared.records)))
+            _write_deliveries(db, prepared.deliveries)
             if batch.sessions:
                 self._used += 1
                 db.executemany("INSERT OR REPLACE INTO sessions (key, record, used) VALUES (?, ?, ?)",
@@ -505,18 +559,43 @@ def _upgrade(db: sqlite3.Connection, path: Path) -> None:
     schema = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
     if schema == SCHEMA_VERSION:
         return
-    if schema == 1:
-        # Version 1 kept every payload in its row: they stay there.
-        db.execute("ALTER TABLE messages ADD COLUMN apart INTEGER")
-    # Versions 1 and 2 kept a session's window in 256 bits: the same bits, wider.
-    try:
-        widened = [(CommittedSession.decode(record, _OLD_WINDOW).encode(), key)
-                   for key, record in db.execute("SELECT key, record FROM sessions")]
-    except (ValueError, TypeError) as exc:
-        raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
-    db.executemany("UPDATE sessions SET record = ? WHERE key = ?", widened)
+    if schema <= 2:
+        # Versions 1 and 2 kept a session's window in 256 bits: the same bits, wider.
+        try:
+            widened = [(CommittedSession.decode(record, _OLD_WINDOW).encode(), key)
+                       for key, record in db.execute("SELECT key, record FROM sessions")]
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
+        db.executemany("UPDATE sessions SET record = ? WHERE key = ?", widened)
+    _move_messages_into_rows(db, path, apart_column=schema >= 2)
     db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
     log.info("inbox %s: upgraded from schema %d to %d", path, schema, SCHEMA_VERSION)
+
+
+def _move_messages_into_rows(db: sqlite3.Connection, path: Path, apart_column: bool) -> None:
+    """Schemas 1 to 3 kept a row per message in `messages` (version 1 every
+    payload in its row; 2 and 3 those kept apart as their length, in
+    `apart`): into rows of _UPGRADE_ROW_RECORDS records."""
+    apart = "apart" if apart_column else "NULL"
+    records: list[bytes] = []
+    first = count = 0
+    try:
+        for id_, sender, payload, size in db.execute(f"SELECT id, sender, payload, {apart} FROM messages ORDER BY id"):
+            if not count:
+                first = id_
+            if size is None:
+                add_record(records, id_, sender, payload)
+            else:
+                add_apart_record(records, id_, sender, size)
+            count += 1
+            if count == _UPGRADE_ROW_RECORDS:
+                db.execute("INSERT INTO batches (first, records) VALUES (?, ?)", (first, b"".join(records)))
+                records, count = [], 0
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
+    if count:
+        db.execute("INSERT INTO batches (first, records) VALUES (?, ?)", (first, b"".join(records)))
+    db.execute("DROP TABLE messages")
 
 
 def _check_meta(found: dict, path: Path, owner: bytes) -> None:
@@ -529,17 +608,20 @@ def _check_meta(found: dict, path: Path, owner: bytes) -> None:
                           f"or move the file aside if this node's key was replaced")
 
 
-def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int, set[int]]:
-    """What the file holds, with the payloads kept apart read back; a row
-    whose file is missing or short (a power cut with inbox_sync "normal") is
-    dropped, and a file without a row (a crash before its row was committed,
-    or after its deletion was) removed. Also returns the ids kept apart."""
+def _read(db: sqlite3.Connection, path: Path) -> Found:
+    """What the file holds, with the payloads kept apart read back; a
+    record whose file is missing or short (a power cut with inbox_sync
+    "normal") is dropped, and a file without a record (a crash before its
+    row was committed, or after its delivery was) removed."""
     try:
-        rows = db.execute("SELECT id, sender, payload, apart FROM messages ORDER BY id").fetchall()
+        rows = db.execute("SELECT first, records FROM batches ORDER BY first").fetchall()
+        delivered = dict(db.execute("SELECT first, bits FROM delivered"))
         session_rows = db.execute("SELECT key, record, used FROM sessions ORDER BY used").fetchall()
         last_id = db.execute("SELECT value FROM meta WHERE name = 'last_id'").fetchone()[0]
-        sessions = [((key[:PEER_KEY_SIZE], _SESSION_ID.unpack(key[PEER_KEY_SIZE:])[0]),
+        sessions = [((key[:KEY_SIZE], _SESSION_ID.unpack(key[KEY_SIZE:])[0]),
                      CommittedSession.decode(record)) for key, record, _ in session_rows]
+        rows = [(first, list(decode_records(records)), decode_bits(delivered.get(first, b"")))
+                for first, records in rows]
     except sqlite3.Error as exc:
         raise _open_error(path, exc) from None
     except (ValueError, struct.error, TypeError) as exc:
@@ -547,21 +629,45 @@ def _read(db: sqlite3.Connection, path: Path) -> tuple[Kept, int, set[int]]:
     folder = _payloads_folder(path)
     messages: list[tuple[int, bytes, bytes]] = []
     apart: set[int] = set()
+    found_rows = MessageRows()
     lost: list[int] = []
-    for id_, sender, payload, size in rows:
-        if size is not None:
-            payload = _read_payload(folder / str(id_), size)
-            if payload is None:
-                lost.append(id_)
+    for first, records, bits in rows:
+        found_rows.add(first, [record.id for record in records], len(records), bits)
+        for position, record in enumerate(records):
+            last_id = max(last_id, record.id)
+            if bits >> position & 1:
                 continue
-            apart.add(id_)
-        messages.append((id_, sender, payload))
+            payload: bytes | None = record.payload
+            if record.where == APART:
+                payload = _read_payload(folder / str(record.id), record.size)
+                if payload is None:
+                    lost.append(record.id)
+                    continue
+                apart.add(record.id)
+            messages.append((record.id, record.sender, payload))
     if lost:
-        with _start_up_transaction(db, path):
-            db.executemany("DELETE FROM messages WHERE id = ?", [(id_,) for id_ in lost])
+        _drop(db, path, found_rows, lost)
     _remove_strays(folder, apart)
-    last_id = max(last_id, rows[-1][0] if rows else 0)
-    return Kept(messages, sessions, last_id), session_rows[-1][2] if session_rows else 0, apart
+    return Found(Kept(messages, sessions, last_id), found_rows, apart, session_rows[-1][2] if session_rows else 0)
+
+
+def _drop(db: sqlite3.Connection, path: Path, rows: MessageRows, ids: list[int]) -> None:
+    """Mark messages whose payload file was lost as delivered, at start-up."""
+    plan = rows.plan(ids)
+    with _start_up_transaction(db, path):
+        _write_deliveries(db, plan)
+    rows.apply(plan)
+
+
+def _write_deliveries(db: sqlite3.Connection, plan: DeliveryPlan) -> None:
+    """Into the transaction under way: the rows the plan empties deleted, the others' bitmaps written."""
+    if plan.emptied:
+        emptied = [(first,) for first in plan.emptied]
+        db.executemany("DELETE FROM batches WHERE first = ?", emptied)
+        db.executemany("DELETE FROM delivered WHERE first = ?", emptied)
+    if plan.bitmaps:
+        db.executemany("INSERT OR REPLACE INTO delivered (first, bits) VALUES (?, ?)",
+                       [(first, encode_bits(bits)) for first, bits in plan.bitmaps.items()])
 
 
 def _read_payload(file: Path, size: int) -> bytes | None:
