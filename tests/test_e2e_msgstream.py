@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from nodes import Cluster, wait_until
+from nodes import Cluster, metric_samples, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,34 @@ def test_full_queue_on_the_stream_is_503_and_keeps_what_it_acknowledged(trio):
     assert s2.recv(0)[0] == 204
     assert s1.send(s2.peer_id, b"after drain")[0] == 200
     assert s2.recv(5)[2] == b"after drain"
+
+
+def waiting_for_room(node) -> int:
+    _, _, body = node.request("GET", "/metrics", timeout=10)
+    return int(metric_samples(body.decode())[("axl_inbox_waiting_for_room", ())])
+
+
+def test_a_reader_a_little_behind_slows_its_sender_instead_of_having_it_refused(trio):
+    """Each message beyond the full queue waits, unanswered, until the reader
+    takes one: all 200, in order, none refused."""
+    s1, s2 = trio["s1"], trio["s2"]
+    drain(s2)
+    received: list[bytes] = []
+
+    def reader() -> None:
+        for _ in range(3):
+            wait_until(lambda: waiting_for_room(s2) == 1, 20, interval=0.02,
+                       what="a message waiting for room on s2")
+            received.append(s2.recv(2)[2])
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    statuses = send_all(s1, s2, [f"w{i}".encode() for i in range(11)])
+    thread.join(60)
+    assert statuses == [200] * 11
+    received += [s2.recv(2)[2] for _ in range(8)]
+    assert received == [f"w{i}".encode() for i in range(11)]
+    assert s2.recv(0)[0] == 204
 
 
 def test_a_node_without_streams_is_reached_one_connection_per_message(trio):

@@ -59,7 +59,7 @@ def test_a_taken_message_counts_against_the_bounds_until_delivered() -> None:
     """The bounds are on what the inbox holds: a message with a client that
     has not yet got it is still held (it may come back), so it takes room;
     given back, it fits again whatever arrived meanwhile."""
-    inbox = Inbox(max_messages=2, max_bytes=1000)
+    inbox = Inbox(max_messages=2, max_bytes=1000, room_wait=0)
     assert put(inbox, b"a") and put(inbox, b"b")
     taken = inbox.get_nowait()
     assert not put(inbox, b"refused")

@@ -2,7 +2,14 @@
 
 Unlike the Go node, a full queue refuses new messages instead of dropping
 the oldest: a refused message is reported to its sender (HTTP 503 there),
-so nothing that was acknowledged is ever lost. A message taken out for a
+so nothing that was acknowledged is ever lost. Before it refuses, a message
+that finds the queue full waits up to ROOM_WAIT for room, unanswered: a
+reader that keeps reading then slows its senders down (their answers come
+later, and a message stream's TCP window stays closed meanwhile) instead of
+having them refused whenever it falls a window behind. At most as many
+bytes as the queue holds wait so, and as many messages as it holds or as
+one stream sender keeps unanswered (STREAM_WINDOW), whichever is more;
+beyond that, and past the wait, the answer is 503 as before. A message taken out for a
 client that then cannot be given it (the HTTP client left, a WebSocket
 closed before saying "done") is given back to the front of the queue. It
 leaves the inbox for good once the bridge says it was delivered.
@@ -21,8 +28,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import partial
 
+from axl.budgets import STREAM_WINDOW
 from axl.node.journal import InboxMessage, Journal, Settled, StreamOrigin
 from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
@@ -32,11 +41,37 @@ from axl.node.store import InboxStore
 # slow disk under load.
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
+# How long a message that finds the queue full waits for room before its
+# sender is refused: long enough to ride out a reader's pause (a /ws client
+# a window behind, a poller between requests), short against the sender's
+# send_timeout, so a reader that stopped costs its senders half a second.
+ROOM_WAIT = 0.5
+
+
+@dataclass(eq=False)
+class WaitingForRoom:
+    """A message that found the queue full, unanswered until room opens or `deadline`."""
+
+    sender: bytes
+    payload: bytes
+    settled: Settled
+    origin: StreamOrigin | None
+    deadline: float
+
 
 class Inbox:
-    def __init__(self, max_messages: int, max_bytes: int, store: InboxStore | None = None) -> None:
+    def __init__(self, max_messages: int, max_bytes: int, store: InboxStore | None = None,
+                 room_wait: float = ROOM_WAIT) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.room_wait = room_wait
+        self.max_waiting = max(max_messages, STREAM_WINDOW)
+        self._waiting_for_room: deque[WaitingForRoom] = deque()
+        self._waiting_bytes = 0
+        self._room_timer: asyncio.TimerHandle | None = None
+        # messages that waited for room: taken in the end, or refused
+        self.waited_for_room = 0
+        self.refused_after_wait = 0
         self._messages: deque[InboxMessage] = deque()
         self._bytes = 0
         # accepted and not yet delivered: queued, with a client, or being committed
@@ -54,7 +89,7 @@ class Inbox:
             self.held, self.held_bytes = len(self._messages), self._bytes
             self._last_id = kept.last_id
             self.journal = Journal(store, kept.sessions, kept.last_id, self.commit_seconds,
-                                   stored=self._enqueue, refused=self._release)
+                                   stored=self._enqueue, refused=self._refused)
 
     def __len__(self) -> int:
         """Messages waiting for a client."""
@@ -67,6 +102,11 @@ class Inbox:
     @property
     def durable(self) -> bool:
         return self.journal is not None
+
+    @property
+    def waiting_for_room(self) -> int:
+        """Messages that found the queue full and wait, unanswered, for room."""
+        return len(self._waiting_for_room)
 
     @property
     def waiting_polls(self) -> int:
@@ -91,11 +131,16 @@ class Inbox:
         return self.held < self.max_messages and self.held_bytes + size <= self.max_bytes
 
     def put(self, sender: bytes, payload: bytes, settled: Settled, origin: StreamOrigin | None = None) -> None:
-        """Take a message if there is room; `settled` says whether it is stored:
-        at once in memory, after its commit with a store (False if that fails)."""
-        if not self.has_room(len(payload)):
-            settled(False)
+        """Take a message if there is room, else let it wait for room (behind
+        those already waiting: arrivals keep their order); `settled` says
+        whether it is stored: in memory at once, with a store after its
+        commit (False if that fails), False if no room opened in time."""
+        if self._waiting_for_room or not self.has_room(len(payload)):
+            self._wait_for_room(sender, payload, settled, origin)
             return
+        self._take(sender, payload, settled, origin)
+
+    def _take(self, sender: bytes, payload: bytes, settled: Settled, origin: StreamOrigin | None) -> None:
         self._last_id += 1
         message = InboxMessage(self._last_id, sender, payload)
         self.held += 1
@@ -105,6 +150,46 @@ class Inbox:
             settled(True)
         else:
             self.journal.add(message, origin, settled)
+
+    def _wait_for_room(self, sender: bytes, payload: bytes, settled: Settled,
+                       origin: StreamOrigin | None) -> None:
+        waiting = self._waiting_for_room
+        if self.room_wait <= 0 or (waiting and (len(waiting) >= self.max_waiting
+                                                or self._waiting_bytes + len(payload) > self.max_bytes)):
+            settled(False)
+            return
+        loop = asyncio.get_running_loop()
+        waiting.append(WaitingForRoom(sender, payload, settled, origin, loop.time() + self.room_wait))
+        self._waiting_bytes += len(payload)
+        self.waited_for_room += 1
+        if self._room_timer is None:
+            self._room_timer = loop.call_at(waiting[0].deadline, self._room_wait_over)
+
+    def _room_opened(self) -> None:
+        """Take the messages waiting for room, in their order, while they fit."""
+        waiting = self._waiting_for_room
+        while waiting and self.has_room(len(waiting[0].payload)):
+            entry = self._stop_waiting()
+            self._take(entry.sender, entry.payload, entry.settled, entry.origin)
+        if not waiting and self._room_timer is not None:
+            self._room_timer.cancel()
+            self._room_timer = None
+
+    def _room_wait_over(self) -> None:
+        """Refuse the messages whose wait ended with the queue still full."""
+        self._room_timer = None
+        waiting = self._waiting_for_room
+        loop = asyncio.get_running_loop()
+        while waiting and waiting[0].deadline <= loop.time():
+            self.refused_after_wait += 1
+            self._stop_waiting().settled(False)
+        if waiting:
+            self._room_timer = loop.call_at(waiting[0].deadline, self._room_wait_over)
+
+    def _stop_waiting(self) -> WaitingForRoom:
+        entry = self._waiting_for_room.popleft()
+        self._waiting_bytes -= len(entry.payload)
+        return entry
 
     def _enqueue(self, message: InboxMessage) -> None:
         if not self._hand_over(message):
@@ -139,9 +224,17 @@ class Inbox:
             self._release(message)
             if self.journal is not None:
                 self.journal.delete(message.id)
+        if self._waiting_for_room:
+            self._room_opened()
+
+    def _refused(self, message: InboxMessage) -> None:
+        """A commit failed: `message` was refused after all, and its room is free."""
+        self._release(message)
+        if self._waiting_for_room:
+            self._room_opened()
 
     def _release(self, message: InboxMessage) -> None:
-        """`message` is no longer held: delivered, or refused after all (its commit failed)."""
+        """`message` is no longer held: delivered, or refused after all."""
         self.held -= 1
         self.held_bytes -= len(message.payload)
 
@@ -196,7 +289,13 @@ class Inbox:
             raise
 
     async def flush(self) -> None:
-        """Commit what waits (the node is stopping): its senders get their answers."""
+        """Commit what waits (the node is stopping): its senders get their
+        answers, and those of messages waiting for room a refusal."""
+        while self._waiting_for_room:
+            self._stop_waiting().settled(False)
+        if self._room_timer is not None:
+            self._room_timer.cancel()
+            self._room_timer = None
         if self.journal is not None:
             await self.journal.flush()
 

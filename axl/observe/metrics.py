@@ -204,6 +204,15 @@ class NodeCollector:
                                         "(a batch of arrivals and deliveries) to its end.")
         commits.add_metric([], _buckets(inbox.commit_seconds), inbox.commit_seconds.total)
         yield commits
+        yield GaugeMetricFamily("axl_inbox_waiting_for_room", "Messages that found the inbox full, "
+                                "waiting (their senders unanswered) for a client to take one.",
+                                value=inbox.waiting_for_room)
+        yield CounterMetricFamily("axl_inbox_waited_for_room", "Messages that found the inbox full and "
+                                  "waited for room (those refused in the end are in ..._refused_after_wait).",
+                                  value=inbox.waited_for_room)
+        yield CounterMetricFamily("axl_inbox_refused_after_wait", "Messages refused (503 at their "
+                                  "senders) because no room opened in the inbox within the wait.",
+                                  value=inbox.refused_after_wait)
 
     def _listener(self) -> Iterator[Metric]:
         counts = self.node.listener_counts()
