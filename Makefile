@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install test run run3 testnet bench bench-sim wan interop clean
+.PHONY: install test run run3 testnet bench bench-go bench-sim wan interop clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -59,6 +59,11 @@ bench: $(BIN)/axl-node
 # delayed to 50 and 200 ms RTT; beside Go AXL, and ours sending to Go AXL, when AXL_GO_BIN_DIR has it.
 wan: $(BIN)/axl-node
 	$(PY) -m axl.bench.wan
+
+# Our node and Go AXL (AXL_GO_BIN_DIR) on one probe, alternating: 1 KiB /send
+# messages, the rate and each node's CPU per message.
+bench-go: $(BIN)/axl-node
+	$(PY) -m axl.bench.versus_go
 
 # The node against the reference Go programs (yggdrasil, yggdrasilctl, Go AXL)
 # in AXL_GO_BIN_DIR, by default ../shared/go-peers/bin (0.5.12) when it exists;

@@ -7,6 +7,7 @@ acknowledged message may go missing and an unknown peer answers 502.
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -105,3 +106,9 @@ def test_quick_wan_bench_measures_every_figure_across_a_shaped_relay():
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert len(cells) == 9 and "nan" not in row
     assert cells[-2:] == ["0", "0"], row
+
+
+def test_the_side_by_side_probe_says_it_is_skipped_without_go():
+    run = subprocess.run([sys.executable, "-m", "axl.bench.versus_go", "--quick"],
+                         env=dict(os.environ, AXL_GO_BIN_DIR=""), capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout.strip()) == (0, "versus Go: skipped (no axl-node in AXL_GO_BIN_DIR)")

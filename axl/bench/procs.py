@@ -152,6 +152,30 @@ class BenchNode:
             stop_process(self.process)
 
 
+def go_axl_binary() -> Path | None:
+    """Go AXL's axl-node in AXL_GO_BIN_DIR (`make wan` and `make bench-go` set it as `make interop` does), if it is there."""
+    folder = os.environ.get("AXL_GO_BIN_DIR")
+    if not folder:
+        return None
+    binary = Path(folder) / "axl-node"
+    return binary if os.access(binary, os.X_OK) else None
+
+
+@dataclass
+class GoBenchNode(BenchNode):
+    """Go AXL's node: the same bridge, its own config and no long poll on /recv."""
+
+    binary: Path = field(default_factory=Path)
+
+    def config(self, key_path: Path) -> dict:
+        return {"PrivateKeyPath": str(key_path), "Listen": [self.listen_uri],
+                "Peers": [peer.listen_uri for peer in self.peers], "api_port": self.api_port,
+                "tcp_port": 7000, **self.settings}
+
+    def launch(self) -> tuple[list[str] | None, list[str]]:
+        return [str(self.binary)], []
+
+
 class RssSampler:
     """Samples the VmRSS of some processes in the background, keeping peaks."""
 

@@ -18,12 +18,12 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from axl.bench.procs import LOOPBACK, BenchNode, child_env
+from axl.bench.procs import LOOPBACK, BenchNode, GoBenchNode, child_env, go_axl_binary
 from axl.bench.report import percentile
 from axl.bench.scenarios import MB, MIB, SEND_HEADER, ws_acks
 from axl.chaos.proxy import LinkProxy, PathShape
@@ -69,30 +69,6 @@ class Work:
             return cls((Profile("20 ms RTT", 0.02),), 5, 1 * MIB, 200, 0.5)
         return cls((Profile("50 ms RTT", 0.05), Profile("200 ms RTT", 0.2)), 40, 16 * MIB, 8000,
                    FORMED_WAIT)
-
-
-def go_axl_binary() -> Path | None:
-    """Go AXL's axl-node in AXL_GO_BIN_DIR (`make wan` sets it as `make interop` does), if it is there."""
-    folder = os.environ.get("AXL_GO_BIN_DIR")
-    if not folder:
-        return None
-    binary = Path(folder) / "axl-node"
-    return binary if os.access(binary, os.X_OK) else None
-
-
-@dataclass
-class GoBenchNode(BenchNode):
-    """Go AXL's node: the same bridge, its own config and no long poll on /recv."""
-
-    binary: Path = field(default_factory=Path)
-
-    def config(self, key_path: Path) -> dict:
-        return {"PrivateKeyPath": str(key_path), "Listen": [self.listen_uri],
-                "Peers": [peer.listen_uri for peer in self.peers], "api_port": self.api_port,
-                "tcp_port": 7000, **self.settings}
-
-    def launch(self) -> tuple[list[str] | None, list[str]]:
-        return [str(self.binary)], []
 
 
 @dataclass
