@@ -4,8 +4,11 @@ and is taken when a client takes one, or refused when the wait is over."""
 import asyncio
 
 from axl.node.inbox import Inbox
+from axl.node.journal import JournalState
+from axl.node.store import InboxStore
 
 SENDER = bytes(32)
+OWNER = b"\x0a" * 32
 
 
 class Answers:
@@ -61,3 +64,21 @@ async def test_no_more_bytes_wait_than_the_queue_holds_and_no_wait_when_switched
     at_once.put(SENDER, b"x", answers.settled_for(b"x"))
     at_once.put(SENDER, b"y", answers.settled_for(b"y"))
     assert answers.told == [(b"x", True), (b"y", False)]
+
+
+async def test_messages_waiting_when_the_journal_refuses_at_once_are_refused_one_by_one(tmp_path) -> None:
+    """A durable inbox whose WAL cannot be emptied refuses each new message
+    as it is offered: room opening for thousands waiting must refuse them in
+    turn, not by recursing once per message."""
+    inbox, answers = Inbox(1, 1 << 20, InboxStore.open(tmp_path / "inbox.sqlite3", "normal", OWNER), room_wait=5.0), Answers()
+    inbox.put(SENDER, b"kept", answers.settled_for(b"kept"))
+    await inbox.flush()
+    waiting = [f"w{i}".encode() for i in range(3000)]
+    for payload in waiting:
+        inbox.put(SENDER, payload, answers.settled_for(payload))
+    inbox.journal.state = JournalState.WAL_HELD
+    inbox.delivered([inbox.get_nowait()])
+    assert answers.told == [(b"kept", True)] + [(payload, False) for payload in waiting]
+    assert inbox.waiting_for_room == 0 and inbox.held == 0
+    inbox.journal.state = JournalState.CLOSED
+    inbox.close()

@@ -69,6 +69,7 @@ class Inbox:
         self._waiting_for_room: deque[WaitingForRoom] = deque()
         self._waiting_bytes = 0
         self._room_timer: asyncio.TimerHandle | None = None
+        self._taking_waiting = False
         # messages that waited for room: taken in the end, or refused
         self.waited_for_room = 0
         self.refused_after_wait = 0
@@ -166,11 +167,19 @@ class Inbox:
             self._room_timer = loop.call_at(waiting[0].deadline, self._room_wait_over)
 
     def _room_opened(self) -> None:
-        """Take the messages waiting for room, in their order, while they fit."""
+        """Take the messages waiting for room, in their order, while they fit.
+        A journal that refuses at once (its WAL held) opens room again inside
+        `_take`: that call returns, and this loop goes on to the next one."""
+        if self._taking_waiting:
+            return
+        self._taking_waiting = True
         waiting = self._waiting_for_room
-        while waiting and self.has_room(len(waiting[0].payload)):
-            entry = self._stop_waiting()
-            self._take(entry.sender, entry.payload, entry.settled, entry.origin)
+        try:
+            while waiting and self.has_room(len(waiting[0].payload)):
+                entry = self._stop_waiting()
+                self._take(entry.sender, entry.payload, entry.settled, entry.origin)
+        finally:
+            self._taking_waiting = False
         if not waiting and self._room_timer is not None:
             self._room_timer.cancel()
             self._room_timer = None
