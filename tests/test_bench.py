@@ -112,3 +112,11 @@ def test_the_side_by_side_probe_says_it_is_skipped_without_go():
     run = subprocess.run([sys.executable, "-m", "axl.bench.versus_go", "--quick"],
                          env=dict(os.environ, AXL_GO_BIN_DIR=""), capture_output=True, text=True, timeout=60)
     assert (run.returncode, run.stdout.strip()) == (0, "versus Go: skipped (no axl-node in AXL_GO_BIN_DIR)")
+
+
+def test_the_side_by_side_probe_refuses_a_round_count_of_zero_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "axl.bench.versus_go", "--rounds", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].endswith("argument --rounds: '0' is not a whole number above 0")
+    assert "Traceback" not in run.stderr

@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Our node and Go AXL (axl-node in AXL_GO_BIN_DIR) on one probe, in alternating "
                     f"rounds: {SENDERS} clients sending 1 KiB messages through /send, {POLLERS} reading "
                     "them from /recv; the rate and each node's CPU per message.")
-    parser.add_argument("--count", type=int, default=3000, help="messages per round (default 3000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind (default 3)")
+    parser.add_argument("--count", type=positive, default=3000, help="messages per round (default 3000)")
+    parser.add_argument("--rounds", type=positive, default=3, help="rounds of each kind (default 3)")
     parser.add_argument("--quick", action="store_true", help="200 messages, one round each: a smoke run")
     args = parser.parse_args(argv)
     go = go_axl_binary()
@@ -205,8 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         print("versus Go: skipped (no axl-node in AXL_GO_BIN_DIR)")
         return 0
     count, rounds = (200, 1) if args.quick else (args.count, args.rounds)
-    asyncio.run(run(count, rounds, go))
+    try:
+        asyncio.run(run(count, rounds, go))
+    except (RuntimeError, OSError, aiohttp.ClientError) as exc:
+        print(f"versus Go: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return value
 
 
 if __name__ == "__main__":

@@ -19,4 +19,5 @@ def test_the_side_by_side_probe_measures_both_kinds(figures):
     ratios = {line[:34].strip(): line[34:].split()[2] for line in lines
               if line.startswith(("acknowledged/s", "CPU per message"))}
     assert len(ratios) == 3 and all(float(value) > 0 for value in ratios.values()), run.stdout
-    figures.append("side by side (quick, ours/Go): " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    # 200 messages are a few ticks of CPU time: only the rate is worth printing
+    figures.append(f"side by side, quick (200 x 1 KiB /send), ours/Go acknowledged/s: {ratios['acknowledged/s']}")
