@@ -16,12 +16,13 @@ import pytest
 
 from axl.budgets import STREAM_WINDOW
 from axl.node import journal
+from axl.node import store as store_module
 from axl.node.journal import JournalState
 from axl.node.inbox import Inbox
 from axl.node.msgstream import (STATUS_QUEUED, Answered, Hello, Message, SessionTable, StreamReceiver,
                                 StreamSender, encode_hello, encode_message)
-from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, SCHEMA_VERSION, CommittedSession, InboxStore,
-                            NotThisNodesInbox, StoreError)
+from axl.node.store import (APART_BYTES, CHECKPOINT_PAGES, ROW_FILE_BYTES, SCHEMA_VERSION, CommittedSession,
+                            InboxStore, NotThisNodesInbox, StoreError)
 from fuzzing import peak_allocation
 
 OWNER = b"\x0a" * 32
@@ -40,6 +41,13 @@ class Outcomes:
 
     def offer(self, inbox: Inbox, payload: bytes, origin: tuple[int, int] | None = None) -> None:
         inbox.put(SENDER, payload, lambda stored: self.settled.append((payload, stored)), origin)
+
+
+@pytest.fixture
+def rows_in_database(monkeypatch) -> None:
+    """Every row in the database, however long (as with inbox_sync "full"):
+    for what the WAL and its checkpoints do with long rows."""
+    monkeypatch.setattr(store_module, "ROW_FILE_BYTES", 1 << 62)
 
 
 async def settle(inbox: Inbox) -> None:
@@ -83,7 +91,7 @@ async def test_messages_wait_for_their_commit_and_come_back_after_a_reopen(tmp_p
     last.close()
 
 
-async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path) -> None:
+async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path, rows_in_database) -> None:
     store = open_store(tmp_path / "inbox.sqlite3")
     inbox = Inbox(100, 1 << 30, store)
     outcomes = Outcomes()
@@ -130,7 +138,7 @@ async def test_what_arrives_during_a_threaded_commit_that_fails_is_tried_at_once
     inbox.close()
 
 
-async def test_the_wal_is_checkpointed_off_the_loop_as_it_grows(tmp_path: Path) -> None:
+async def test_the_wal_is_checkpointed_off_the_loop_as_it_grows(tmp_path: Path, rows_in_database) -> None:
     """SQLite's own checkpoints would flush the disk inside a commit, on the
     event loop; the store's checkpoint thread does them instead, and the WAL
     starts over rather than grow with what went through it."""
@@ -158,7 +166,7 @@ def offer_a_checkpoints_worth(inbox: Inbox, outcomes: Outcomes) -> int:
     return count
 
 
-async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
+async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path, rows_in_database) -> None:
     inbox = Inbox(10_000, 1 << 30, open_store(tmp_path / "inbox.sqlite3"))
     outcomes = Outcomes()
     count = offer_a_checkpoints_worth(inbox, outcomes)  # their commit starts a checkpoint
@@ -174,7 +182,8 @@ async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
     inbox.close()
 
 
-async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: Path, monkeypatch) -> None:
+async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: Path, monkeypatch,
+                                                                     rows_in_database) -> None:
     """Under commits that never pause the WAL may never start over; past
     WAL_CAP_PAGES a checkpoint that commits wait for empties it."""
     monkeypatch.setattr(journal, "WAL_CAP_PAGES", 1)
@@ -220,7 +229,7 @@ async def test_stream_answers_are_kept_with_their_messages(tmp_path: Path) -> No
                                   Answered(3, STATUS_QUEUED), Message(4, b"s4"), Message(5, b"s5")]
 
 
-async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path) -> None:
+async def test_an_answer_whose_commit_failed_is_not_kept(tmp_path: Path, rows_in_database) -> None:
     path = tmp_path / "inbox.sqlite3"
     store = open_store(path)
     inbox = Inbox(100, 1 << 30, store)
@@ -507,7 +516,7 @@ def damaged_inbox(path: Path) -> bytes:
     return bytes(data)
 
 
-def test_a_damaged_database_is_refused_unchanged(tmp_path: Path) -> None:
+def test_a_damaged_database_is_refused_unchanged(tmp_path: Path, rows_in_database) -> None:
     path = tmp_path / "inbox.sqlite3"
     before = damaged_inbox(path)
     with pytest.raises(StoreError, match="the database is damaged"):
@@ -614,3 +623,96 @@ async def test_an_inbox_of_schema_3_moves_its_messages_into_rows(tmp_path: Path)
     await settle(inbox)
     assert inbox.get_nowait().id == 13
     inbox.close()
+
+
+def row_files(path: Path) -> list[str]:
+    return [name for name in payload_files(path) if name.startswith("r")]
+
+
+async def test_a_long_row_is_kept_in_a_file_of_its_own_until_its_last_message_is_delivered(tmp_path: Path) -> None:
+    """A busy commit's small messages, ROW_FILE_BYTES or more in all: their row
+    is written to one file, not through SQLite's pages, WAL and checkpoint;
+    back after a reopen; the file goes with the commit that delivers the last."""
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(1000, 1 << 30, open_store(path))
+    payloads = [b"%04d" % number * 256 for number in range(2 * ROW_FILE_BYTES // 1024)]
+    for payload in payloads:
+        Outcomes().offer(inbox, payload)
+    await settle(inbox)
+    Outcomes().offer(inbox, b"alone, in the database")
+    await settle(inbox)
+    [name] = row_files(path)
+    with sqlite3.connect(path) as db:
+        lengths = [row[0] for row in db.execute("SELECT length(records) FROM batches ORDER BY first")]
+    db.close()
+    assert lengths[0] == 8 and lengths[1] > len(b"alone, in the database")  # the file's length; a record
+    taken = [inbox.get_nowait() for _ in range(len(payloads) - 1)]
+    assert name == f"r{taken[0].id}"
+    inbox.delivered(taken)
+    await settle(inbox)
+    inbox.close()
+
+    again = Inbox(1000, 1 << 30, open_store(path))
+    kept = [again.get_nowait() for _ in range(len(again))]
+    assert [m.payload for m in kept] == [payloads[-1], b"alone, in the database"]
+    assert row_files(path) == [name]
+    again.delivered(kept[:1])
+    await settle(again)
+    assert row_files(path) == [] and table_rows(path, "batches") == 1
+    again.close()
+
+
+async def test_with_full_a_long_row_stays_in_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(1000, 1 << 30, InboxStore.open(path, "full", OWNER))
+    for _ in range(2 * ROW_FILE_BYTES // 1024):
+        Outcomes().offer(inbox, bytes(1024))
+    await settle(inbox)
+    assert payload_files(path) == [] and table_rows(path, "batches") == 1
+    inbox.close()
+
+
+async def test_start_up_drops_a_row_whose_file_is_lost_and_removes_row_files_without_a_row(tmp_path: Path,
+                                                                                        caplog) -> None:
+    """After a power cut with "normal" a row's file may be short; after a
+    crash, a row file may have no row (never committed, or delivered)."""
+    caplog.set_level(logging.INFO, "axl.inbox")
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(1000, 1 << 30, open_store(path))
+    for fill in (b"a", b"b"):
+        for _ in range(2 * ROW_FILE_BYTES // 1024):
+            Outcomes().offer(inbox, fill * 1024)
+        await settle(inbox)
+    inbox.close()
+    folder = path.with_name(path.name + ".payloads")
+    first, second = sorted(row_files(path), key=lambda name: int(name[1:]))
+    (folder / second).write_bytes((folder / second).read_bytes()[:100])
+    (folder / "r99999").write_bytes(b"never committed")
+
+    again = Inbox(1000, 1 << 30, open_store(path))
+    assert {m.payload[:1] for m in (again.get_nowait() for _ in range(len(again)))} == {b"a"}
+    assert row_files(path) == [first]
+    assert f"{second} holds 100 of the row's" in caplog.text and "the row is dropped" in caplog.text
+    assert "removed 2 payload files" in caplog.text
+    assert table_rows(path, "batches") == 1
+    again.close()
+
+
+async def test_an_inbox_of_schema_4_is_upgraded_with_its_rows_as_they_are(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, "axl.inbox")
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    Outcomes().offer(inbox, b"kept from before")
+    await settle(inbox)
+    inbox.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 4 WHERE name = 'schema'")
+    db.close()
+
+    again = Inbox(100, 1 << 30, open_store(path))
+    assert again.get_nowait().payload == b"kept from before"
+    assert f"upgraded from schema 4 to {SCHEMA_VERSION}" in caplog.text
+    again.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0] == SCHEMA_VERSION
+    db.close()

@@ -19,6 +19,17 @@ into the WAL, checkpointed into the database) and read it back to free its
 pages; a file is written once, and removed before the operating system may
 even have written it out.
 
+For the same reason, with "normal", a row of ROW_FILE_BYTES or more (a
+busy commit's many small messages) is kept whole in a file of its own,
+`r<first>` in the same folder, the database holding only its length:
+written before the row is committed, removed after the commit that
+delivers its last message, as above. A 100-message row of 1 KiB payloads
+cost SQLite about 600 us to commit (its pages, the WAL frames and their
+checksums, then the checkpoint's copy); its file, 60 us to write and
+remove (docs/performance-log.md, "Rows in files of their own"). With
+"full" rows stay in the database: a file of their own would cost two more
+flushes to the disk per commit.
+
 The node holds the file (an flock on `<file>.lock` beside it) while it
 runs: a second node given the same `inbox_path` stops at start-up. What may wait for the disk runs on
 threads of the store's own; the rest on the event loop's, where it costs
@@ -67,7 +78,9 @@ from axl.wire import KEY_SIZE
 # 3: session records of STREAM_WINDOW bits (4096, where 2 had 256).
 # 4: a commit's messages in one row of `batches` (first: its first message's
 #    id), the delivered ones in a bitmap in `delivered`; no `messages` table.
-SCHEMA_VERSION = 4
+# 5: a row may be kept in a file of its own, its `records` then _ROW_IN_FILE
+#    (the file's length).
+SCHEMA_VERSION = 5
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS batches (first INTEGER PRIMARY KEY, records BLOB NOT NULL)",
@@ -90,9 +103,14 @@ CHECKPOINT_PAGES = 1000
 WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
 # Payloads this long or longer are kept in files of their own.
 APART_BYTES = 256 * 1024
+# With "normal", a row this long or longer is kept in a file of its own.
+ROW_FILE_BYTES = 16 * 1024
 # A batch whose payloads in the row add up to this much is copied into the
-# database on the store's thread, not on the event loop.
+# database (or its row's file) on the store's thread, not on the event loop.
 THREAD_BYTES = 1 << 20
+# What a row kept in a file of its own holds in the database: the file's
+# length (shorter than any record, so never taken for one).
+_ROW_IN_FILE = struct.Struct("!Q")
 # The tables every schema has.
 _TABLES = {"meta", "sessions"}
 
@@ -135,16 +153,23 @@ class Batch:
 
 @dataclass
 class PreparedBatch:
-    """A batch encoded for its transaction: the records of the new row, the
-    payloads kept apart, what its deliveries change, and whether it is
-    written on the store's thread."""
+    """A batch encoded for its transaction: the records of the new row
+    (`row_in_file`: kept in a file of its own), the payloads kept apart,
+    what its deliveries change, and whether it is written on the store's thread."""
 
     batch: Batch
     records: list[bytes]
     row_bytes: int
+    row_in_file: bool
     apart: list[tuple[int, bytes]]
     deliveries: DeliveryPlan
     in_thread: bool
+
+    @property
+    def first(self) -> int:
+        """The id of the new row (its first message's), 0 without one."""
+        inserts = self.batch.inserts
+        return inserts[0][0] if inserts else 0
 
 
 @dataclass(frozen=True)
@@ -174,6 +199,7 @@ class Found:
     kept: Kept
     rows: MessageRows
     apart: set[int]
+    row_files: dict[int, int]
     used: int
 
 
@@ -245,6 +271,7 @@ class InboxStore:
         # With "full", a commit waits for the disk: not on the event loop.
         self._full = sync == "full"
         self._apart = found.apart  # ids of the messages whose payloads are in files of their own
+        self._row_files = found.row_files  # rows kept in files of their own: first id -> bytes
         self._rows = found.rows
         self._kept: Kept | None = found.kept
         self._used = found.used
@@ -303,9 +330,13 @@ class InboxStore:
                 apart.append((id_, payload))
                 add_apart_record(records, id_, sender, size)
         deliveries = self._rows.plan(batch.deletes)
+        row_files = self._row_files
         in_thread = (self._full or bool(apart) or row_bytes >= THREAD_BYTES
-                     or bool(self._apart) and not self._apart.isdisjoint(deliveries.deletes))
-        return PreparedBatch(batch, records, row_bytes, apart, deliveries, in_thread)
+                     or bool(self._apart) and not self._apart.isdisjoint(deliveries.deletes)
+                     or bool(row_files) and any(row_files.get(first, 0) >= THREAD_BYTES
+                                                for first in deliveries.emptied))
+        row_in_file = not self._full and row_bytes >= ROW_FILE_BYTES
+        return PreparedBatch(batch, records, row_bytes, row_in_file, apart, deliveries, in_thread)
 
     def write(self, prepared: PreparedBatch) -> None:
         """Commit the batch in one transaction: its payload files written
@@ -322,39 +353,59 @@ class InboxStore:
     def _count_pages(self, prepared: PreparedBatch) -> None:
         """About how many pages the batch adds to the WAL: one for each table
         touched, and the payloads kept in the database."""
-        self._wal_pages += 5 + prepared.row_bytes // _PAGE_SIZE
+        self._wal_pages += 5 + (0 if prepared.row_in_file else prepared.row_bytes // _PAGE_SIZE)
 
     def _write(self, prepared: PreparedBatch) -> None:
         apart = prepared.apart
+        row = b"".join(prepared.records)
+        files = [(str(id_), payload) for id_, payload in apart]
+        if prepared.row_in_file:
+            files.append((_row_file_name(prepared.first), row))
         try:
-            self._write_payloads(apart)
-            self.stage(prepared)
+            self._write_files(files)
+            self.stage(prepared, _ROW_IN_FILE.pack(len(row)) if prepared.row_in_file else row)
             self.commit()
         except BaseException:
             self.abandon()
-            self._remove_payloads([id_ for id_, _ in apart])
+            self._remove_files([name for name, _ in files])
             raise
         inserts = prepared.batch.inserts
         if inserts:
             self._rows.add(inserts[0][0], [id_ for id_, _, _ in inserts], len(inserts))
+        if prepared.row_in_file:
+            self._row_files[prepared.first] = len(row)
         self._rows.apply(prepared.deliveries)
         self._apart.update(id_ for id_, _ in apart)
-        if self._apart:
-            self._remove_payloads([id_ for id_ in prepared.deliveries.deletes if id_ in self._apart])
+        self._remove_delivered(prepared.deliveries)
 
-    def _write_payloads(self, apart: list[tuple[int, bytes]]) -> None:
-        """Each payload into its own file; with "full", flushed to the disk
-        with the folder that names it, before the row that points at it."""
-        if not apart:
+    def _remove_delivered(self, deliveries: DeliveryPlan) -> None:
+        """The files of what this commit delivered for good: payloads kept
+        apart, and rows kept in files whose last message it delivered."""
+        done: list[str] = []
+        if self._apart:
+            for id_ in deliveries.deletes:
+                if id_ in self._apart:
+                    self._apart.discard(id_)
+                    done.append(str(id_))
+        if self._row_files:
+            for first in deliveries.emptied:
+                if self._row_files.pop(first, None) is not None:
+                    done.append(_row_file_name(first))
+        self._remove_files(done)
+
+    def _write_files(self, files: list[tuple[str, bytes]]) -> None:
+        """Each payload or row into its own file; with "full", flushed to the
+        disk with the folder that names it, before the row that points at it."""
+        if not files:
             return
         if not self.payloads.is_dir():
             self.payloads.mkdir(mode=0o700)
             if self._full:
                 _sync_folder(self.path.parent)
-        for id_, payload in apart:
-            file = os.open(self.payloads / str(id_), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        for name, content in files:
+            file = os.open(self.payloads / name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
             try:
-                with memoryview(payload) as left:
+                with memoryview(content) as left:
                     while left:
                         left = left[os.write(file, left):]
                 if self._full:
@@ -364,28 +415,26 @@ class InboxStore:
         if self._full:
             _sync_folder(self.payloads)
 
-    def _remove_payloads(self, ids: list[int]) -> None:
-        """Remove the files of messages no record points at (any left by a crash go at start-up)."""
-        for id_ in ids:
-            self._apart.discard(id_)
+    def _remove_files(self, names: list[str]) -> None:
+        """Remove files no record points at any more (any left by a crash go at start-up)."""
+        for name in names:
             try:
-                os.unlink(self.payloads / str(id_))
+                os.unlink(self.payloads / name)
             except FileNotFoundError:
                 pass
             except OSError as exc:
                 log.warning("inbox: cannot remove %s (%s); it is removed at the next start",
-                            self.payloads / str(id_), exc.strerror)
+                            self.payloads / name, exc.strerror)
 
-    def stage(self, prepared: PreparedBatch) -> None:
-        """Begin a transaction and write the batch into it (no disk I/O but
-        for pages SQLite's cache cannot hold). Raises sqlite3.Error."""
+    def stage(self, prepared: PreparedBatch, row: bytes) -> None:
+        """Begin a transaction and write the batch into it, its new row as
+        `row` (no disk I/O but for pages SQLite's cache cannot hold). Raises sqlite3.Error."""
         db = self._db
         batch = prepared.batch
         db.execute("BEGIN")
         try:
             if batch.inserts:
-                db.execute("INSERT INTO batches (first, records) VALUES (?, ?)",
-                           (batch.inserts[0][0], b"".join(prepared.records)))
+                db.execute("INSERT INTO batches (first, records) VALUES (?, ?)", (prepared.first, row))
             _write_deliveries(db, prepared.deliveries)
             if batch.sessions:
                 self._used += 1
@@ -470,6 +519,11 @@ def _lock(path: Path) -> int:
 
 def _payloads_folder(path: Path) -> Path:
     return path.with_name(path.name + ".payloads")
+
+
+def _row_file_name(first: int) -> str:
+    """The name of the file that keeps row `first` (a payload's file is named by its id alone)."""
+    return f"r{first}"
 
 
 def _sync_folder(folder: Path) -> None:
@@ -567,7 +621,9 @@ def _upgrade(db: sqlite3.Connection, path: Path) -> None:
         except (ValueError, TypeError) as exc:
             raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
         db.executemany("UPDATE sessions SET record = ? WHERE key = ?", widened)
-    _move_messages_into_rows(db, path, apart_column=schema >= 2)
+    if schema <= 3:
+        _move_messages_into_rows(db, path, apart_column=schema >= 2)
+    # 4 to 5 changes nothing written: 5 adds a way to keep a row, which 4 cannot read.
     db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
     log.info("inbox %s: upgraded from schema %d to %d", path, schema, SCHEMA_VERSION)
 
@@ -609,24 +665,36 @@ def _check_meta(found: dict, path: Path, owner: bytes) -> None:
 
 
 def _read(db: sqlite3.Connection, path: Path) -> Found:
-    """What the file holds, with the payloads kept apart read back; a
-    record whose file is missing or short (a power cut with inbox_sync
-    "normal") is dropped, and a file without a record (a crash before its
-    row was committed, or after its delivery was) removed."""
+    """What the file holds, with the rows and payloads kept apart read back;
+    a record or row whose file is missing or short (a power cut with
+    inbox_sync "normal") is dropped, and a file no row points at (a crash
+    before its row was committed, or after its delivery was) removed."""
+    folder = _payloads_folder(path)
+    row_files: dict[int, int] = {}
+    lost_rows: list[int] = []
     try:
-        rows = db.execute("SELECT first, records FROM batches ORDER BY first").fetchall()
+        stored = db.execute("SELECT first, records FROM batches ORDER BY first").fetchall()
         delivered = dict(db.execute("SELECT first, bits FROM delivered"))
         session_rows = db.execute("SELECT key, record, used FROM sessions ORDER BY used").fetchall()
         last_id = db.execute("SELECT value FROM meta WHERE name = 'last_id'").fetchone()[0]
         sessions = [((key[:KEY_SIZE], _SESSION_ID.unpack(key[KEY_SIZE:])[0]),
                      CommittedSession.decode(record)) for key, record, _ in session_rows]
-        rows = [(first, list(decode_records(records)), decode_bits(delivered.get(first, b"")))
-                for first, records in rows]
+        rows = []
+        for first, records in stored:
+            if len(records) == _ROW_IN_FILE.size:
+                size = _ROW_IN_FILE.unpack(records)[0]
+                records = _read_payload(folder / _row_file_name(first), size, "row")
+                if records is None:
+                    lost_rows.append(first)
+                    continue
+                row_files[first] = size
+            rows.append((first, list(decode_records(records)), decode_bits(delivered.get(first, b""))))
     except sqlite3.Error as exc:
         raise _open_error(path, exc) from None
     except (ValueError, struct.error, TypeError) as exc:
         raise StoreError(f"inbox {path}: the database is damaged ({exc}); {_LEFT_AS_IS}") from None
-    folder = _payloads_folder(path)
+    if lost_rows:
+        _drop_rows(db, path, lost_rows)
     messages: list[tuple[int, bytes, bytes]] = []
     apart: set[int] = set()
     found_rows = MessageRows()
@@ -647,8 +715,9 @@ def _read(db: sqlite3.Connection, path: Path) -> Found:
             messages.append((record.id, record.sender, payload))
     if lost:
         _drop(db, path, found_rows, lost)
-    _remove_strays(folder, apart)
-    return Found(Kept(messages, sessions, last_id), found_rows, apart, session_rows[-1][2] if session_rows else 0)
+    _remove_strays(folder, {str(id_) for id_ in apart} | {_row_file_name(first) for first in row_files})
+    return Found(Kept(messages, sessions, last_id), found_rows, apart, row_files,
+                 session_rows[-1][2] if session_rows else 0)
 
 
 def _drop(db: sqlite3.Connection, path: Path, rows: MessageRows, ids: list[int]) -> None:
@@ -657,6 +726,12 @@ def _drop(db: sqlite3.Connection, path: Path, rows: MessageRows, ids: list[int])
     with _start_up_transaction(db, path):
         _write_deliveries(db, plan)
     rows.apply(plan)
+
+
+def _drop_rows(db: sqlite3.Connection, path: Path, firsts: list[int]) -> None:
+    """Delete rows whose file was lost, at start-up (their messages with them)."""
+    with _start_up_transaction(db, path):
+        _write_deliveries(db, DeliveryPlan(emptied=firsts))
 
 
 def _write_deliveries(db: sqlite3.Connection, plan: DeliveryPlan) -> None:
@@ -670,8 +745,8 @@ def _write_deliveries(db: sqlite3.Connection, plan: DeliveryPlan) -> None:
                        [(first, encode_bits(bits)) for first, bits in plan.bitmaps.items()])
 
 
-def _read_payload(file: Path, size: int) -> bytes | None:
-    """The payload kept in `file`, or None (logged) if it is not there whole."""
+def _read_payload(file: Path, size: int, what: str = "message") -> bytes | None:
+    """The payload (or the row: `what`) kept in `file`, or None (logged) if it is not there whole."""
     try:
         payload = file.read_bytes()
     except FileNotFoundError:
@@ -680,20 +755,21 @@ def _read_payload(file: Path, size: int) -> bytes | None:
         raise StoreError(f"inbox: cannot read {file}: {exc.strerror}") from None
     if len(payload) == size:
         return payload
-    log.warning("inbox: %s holds %d of the message's %d bytes (lost in a power cut with inbox_sync "
-                "normal?): the message is dropped", file, len(payload), size)
+    log.warning("inbox: %s holds %d of the %s's %d bytes (lost in a power cut with inbox_sync "
+                "normal?): the %s is dropped", file, len(payload), what, size, what)
     return None
 
 
-def _remove_strays(folder: Path, apart: set[int]) -> None:
-    """Remove the payload files no row points at."""
+def _remove_strays(folder: Path, kept: set[str]) -> None:
+    """Remove the payload and row files (named by an id, or `r` and an id) not in `kept`."""
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreError(f"inbox: cannot read {folder}: {exc.strerror}") from None
-    strays = [entry.path for entry in entries if entry.name.isdigit() and int(entry.name) not in apart]
+    strays = [entry.path for entry in entries
+              if entry.name.removeprefix("r").isdigit() and entry.name not in kept]
     for stray in strays:
         try:
             os.unlink(stray)
