@@ -23,10 +23,11 @@ For the same reason, with "normal", a row of ROW_FILE_BYTES or more (a
 busy commit's many small messages) is kept whole in a file of its own,
 `r<first>` in the same folder, the database holding only its length:
 written before the row is committed, removed after the commit that
-delivers its last message, as above. A 100-message row of 1 KiB payloads
-cost SQLite about 600 us to commit (its pages, the WAL frames and their
-checksums, then the checkpoint's copy); its file, 60 us to write and
-remove (docs/performance-log.md, "Rows in files of their own"). With
+delivers its last message, as above. Commits of 80-150 messages of 1 KiB
+took SQLite 520-1,450 us each on a busy receiver (their pages, the WAL
+frames and their checksums, then the checkpoint's copy); a 100 KiB file
+takes about 60 us to write and remove (docs/performance-log.md, "Rows in
+files of their own"). With
 "full" rows stay in the database: a file of their own would cost two more
 flushes to the disk per commit.
 
@@ -371,7 +372,7 @@ class InboxStore:
             raise
         inserts = prepared.batch.inserts
         if inserts:
-            self._rows.add(inserts[0][0], [id_ for id_, _, _ in inserts], len(inserts))
+            self._rows.add(prepared.first, [id_ for id_, _, _ in inserts], len(inserts))
         if prepared.row_in_file:
             self._row_files[prepared.first] = len(row)
         self._rows.apply(prepared.deliveries)
