@@ -7,6 +7,7 @@ connection is handed over, and what each side counts can be seen.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import threading
 
 import pytest
 
+from axl.bridge.front import GATHER_LIMIT, HandedTransport
 from axl.bridge.http1 import Answer, HttpDate, parse_head, render_head
 from nodes import drain, lone_node, metric_samples
 
@@ -116,6 +118,82 @@ class Responses:
 def send_request(dest: str, payload: bytes, extra: bytes = b"") -> bytes:
     return (b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Destination-Peer-Id: " + dest.encode()
             + b"\r\nContent-Length: %d\r\n" % len(payload) + extra + b"\r\n" + payload)
+
+
+# -- the full application's writes, gathered per turn of the loop ----------------
+
+
+class _Connection:
+    """What a HandedTransport asks of its BridgeConnection: whether it is ending, and finish()."""
+
+    ending = False
+
+    def finish(self) -> None:
+        self.ending = True
+
+
+async def _handed() -> tuple[HandedTransport, asyncio.Transport, socket.socket]:
+    """A HandedTransport over a real transport of one end of a socket pair, and the other end."""
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    transport, _ = await asyncio.get_running_loop().create_connection(asyncio.Protocol, sock=ours)
+    return HandedTransport(transport, _Connection()), transport, theirs
+
+
+def _read_now(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+async def test_small_writes_go_out_together_at_the_end_of_the_turn() -> None:
+    shown, transport, theirs = await _handed()
+    for frame in (b"one ", b"two ", b"three"):
+        shown.write(frame)
+    shown.writelines([bytearray(b" four")])
+    assert _read_now(theirs) == b""  # gathered, not written yet
+    assert shown.get_write_buffer_size() == len(b"one two three four")
+    await asyncio.sleep(0)
+    assert _read_now(theirs) == b"one two three four"
+    assert shown.get_write_buffer_size() == 0
+    transport.close()
+    theirs.close()
+
+
+async def test_a_large_write_goes_at_once_after_what_was_gathered() -> None:
+    shown, transport, theirs = await _handed()
+    shown.write(b"head")
+    big = bytes(range(256)) * (GATHER_LIMIT // 256)
+    shown.write(big)
+    received = _read_now(theirs)
+    assert received.startswith(b"head" + big[:100])
+    transport.close()
+    theirs.close()
+
+
+async def test_what_is_asked_of_the_transport_writes_what_was_gathered_first() -> None:
+    shown, transport, theirs = await _handed()
+    shown.write(b"last answer")
+    shown.write_eof()  # not HandedTransport's own: through to the transport, after the gathered bytes
+    await asyncio.sleep(0.01)
+    assert _read_now(theirs) == b"last answer"
+    assert theirs.recv(1) == b""  # then the end
+    transport.close()
+    theirs.close()
+
+
+async def test_bytes_gathered_for_a_connection_that_ended_meanwhile_are_dropped_quietly() -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    shown, transport, theirs = await _handed()
+    shown.write(b"too late")
+    transport.close()
+    await asyncio.sleep(0.01)
+    assert errors == []
+    assert _read_now(theirs) == b""
+    theirs.close()
 
 
 @pytest.fixture(scope="module")

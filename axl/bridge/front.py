@@ -35,7 +35,7 @@ import logging
 import socket
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
@@ -58,6 +58,11 @@ KEEPALIVE_TIMEOUT = 75.0
 REQUESTS_PER_TURN = 8
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
+# The full application's writes smaller than this, on one connection in one
+# turn of the loop, go to the socket together at the turn's end (up to this
+# much at a time): a /ws socket's acks and deliveries come in bursts of a
+# hundred or more, and each write of its own was a system call.
+GATHER_LIMIT = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives
 # (when the node has a message stream to the destination), not once whole.
 STREAMED_BODY = 1 << 20
@@ -184,6 +189,8 @@ class BridgeConnection(asyncio.Protocol):
         self._close_after_answer = False
         self.handoff = Handoff()
         self._ack_poll: asyncio.TimerHandle | None = None
+        # the transport as the full application sees it, once handed off
+        self._shown: HandedTransport | None = None
 
     @property
     def busy(self) -> bool:
@@ -263,6 +270,7 @@ class BridgeConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and self._state is not _State.CLOSED:
+            self._flush_shown()
             api.not_received(self.door.node, self.handoff.broken(), "was closed by the node")
             self.transport.close()
 
@@ -273,6 +281,7 @@ class BridgeConnection(asyncio.Protocol):
         timeout gives them back."""
         if self.transport is None or self._state in (_State.CLOSED, _State.ENDING):
             return
+        self._flush_shown()
         if self.handoff.pending:
             self._end_gracefully()
         else:
@@ -282,11 +291,17 @@ class BridgeConnection(asyncio.Protocol):
     def ending(self) -> bool:
         return self._state in (_State.ENDING, _State.CLOSED)
 
+    def _flush_shown(self) -> None:
+        """The full application's gathered writes go out before the connection ends."""
+        if self._shown is not None:
+            self._shown.flush()
+
     def _end_gracefully(self) -> None:
         """Serve nothing more; send our FIN once the answers are out, and keep
         reading, to see the client's end."""
         if self._state is _State.ENDING:
             return
+        self._flush_shown()
         self._state = _State.ENDING
         self.ahead.release()
         self.transport.write_eof()
@@ -580,7 +595,7 @@ class BridgeConnection(asyncio.Protocol):
         self._inner = inner
         self._state = _State.HANDED_OFF
         self._resume_reading()
-        shown = HandedTransport(self.transport, self)
+        shown = self._shown = HandedTransport(self.transport, self)
         self.door.clients.alias(shown, self.transport)
         inner.connection_made(shown)  # type: ignore[arg-type]  # a stand-in, as uvloop's transports are
         if self._writing_paused:
@@ -652,14 +667,58 @@ class BridgeConnection(asyncio.Protocol):
 class HandedTransport:
     """A connection's transport as the full application sees it: its close()
     is BridgeConnection.finish, so a /recv answer the application wrote is
-    settled by the client's end, as the front door's are."""
+    settled by the client's end, as the front door's are.
+
+    Its small writes are gathered and written together at the end of the
+    loop's turn, or once GATHER_LIMIT bytes wait (a large write goes at
+    once, after those gathered): a /ws burst of a hundred frames is then one
+    system call, not a hundred. Anything else asked of the transport
+    (write_eof, its socket, pausing) writes what was gathered first, so
+    nothing is reordered, and the count of bytes written but not yet
+    acknowledged (the /recv handoff) sees them."""
 
     def __init__(self, transport: asyncio.Transport, connection: BridgeConnection) -> None:
         self._transport = transport
         self._connection = connection
+        self._gathered: list[bytes] = []
+        self._gathered_bytes = 0
 
     def __getattr__(self, name: str):
+        self.flush()
         return getattr(self._transport, name)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        size = len(data)
+        if size >= GATHER_LIMIT:
+            self.flush()
+            self._transport.write(data)
+            return
+        if not self._gathered:
+            asyncio.get_running_loop().call_soon(self.flush)
+        # a copy: the writer may reuse its buffer once write() returns
+        self._gathered.append(data if isinstance(data, bytes) else bytes(data))
+        self._gathered_bytes += size
+        if self._gathered_bytes >= GATHER_LIMIT:
+            self.flush()
+
+    def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        """Write what was gathered; dropped if the connection has ended
+        meanwhile (as a write into an ending connection would be)."""
+        gathered = self._gathered
+        if not gathered:
+            return
+        self._gathered = []
+        self._gathered_bytes = 0
+        if self._transport.is_closing() or self._connection.ending:
+            return
+        self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self._gathered_bytes
 
     def close(self) -> None:
         self._connection.finish()
