@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -188,15 +189,29 @@ async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: 
     WAL_CAP_PAGES a checkpoint that commits wait for empties it."""
     monkeypatch.setattr(journal, "WAL_CAP_PAGES", 1)
     path = tmp_path / "inbox.sqlite3"
-    inbox = Inbox(10_000, 1 << 30, open_store(path))
+    store = open_store(path)
+    # The checkpoint that empties the WAL is held until the test has seen a commit wait for it.
+    looked = threading.Event()
+    checkpoint = store._checkpoint
+
+    def held_checkpoint(mode: str) -> store_module.Checkpointed:
+        if mode == "TRUNCATE":
+            looked.wait(10)
+        return checkpoint(mode)
+
+    monkeypatch.setattr(store, "_checkpoint", held_checkpoint)
+    inbox = Inbox(10_000, 1 << 30, store)
     outcomes = Outcomes()
     count = offer_a_checkpoints_worth(inbox, outcomes)
     # the checkpoint that found the WAL long, then the one that empties it
+    deadline = time.monotonic() + 10
     while not (inbox.journal.state is JournalState.EMPTYING and inbox.journal._checkpoint is not None):
+        assert time.monotonic() < deadline, f"no checkpoint emptying the WAL: {inbox.journal.state}"
         await asyncio.sleep(0.001)
     outcomes.offer(inbox, b"waits")
     await asyncio.sleep(0)
     assert len(inbox.journal._staged) == 1  # its commit waits for the checkpoint
+    looked.set()
     await settle(inbox)
     assert outcomes.settled[count] == (b"waits", True)
     assert path.with_name(path.name + "-wal").stat().st_size < 64 << 10
@@ -268,6 +283,24 @@ def test_a_session_number_far_ahead_is_committed_in_constant_memory() -> None:
     assert list(session.committed()) == [far - 2, far]
     assert CommittedSession.decode(session.encode()) == session
 
+
+
+@pytest.mark.parametrize("batches", [
+    [[1, 2, 3], [4, 5], [9, 10, 11]],                    # runs, with a gap
+    [[5, 6], [1, 2, 3]],                                  # a run behind taken_upto
+    [[1, 3, 2], [7]],                                     # not in order
+    [[2], list(range(3, 3 + STREAM_WINDOW + 10))],        # a run longer than the window
+    [[1, 2], [(1 << 26) + 1, (1 << 26) + 2]],             # a run far ahead
+    [[10], [10, 11]],                                     # a number again
+])
+def test_a_batch_of_numbers_is_committed_as_one_by_one(batches: list[list[int]]) -> None:
+    """`add_all`'s one shift for a run comes to what `add` makes of each number."""
+    one_by_one, at_once = CommittedSession(), CommittedSession()
+    for seqs in batches:
+        for seq in seqs:
+            one_by_one.add(seq)
+        at_once.add_all(seqs)
+        assert at_once == one_by_one
 
 async def test_a_batch_that_fails_for_any_reason_is_refused_and_gives_its_room_back(tmp_path: Path) -> None:
     """Not only SQLite's errors: a batch that fails as it is built or staged

@@ -229,10 +229,12 @@ class Inbox:
 
     def delivered(self, messages: Iterable[InboxMessage]) -> None:
         """Taken messages that reached their client: they leave the inbox (the store's copy too)."""
+        ids = []
         for message in messages:
             self._release(message)
-            if self.journal is not None:
-                self.journal.delete(message.id)
+            ids.append(message.id)
+        if self.journal is not None and ids:
+            self.journal.delete(ids)
         if self._waiting_for_room:
             self._room_opened()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from dataclasses import dataclass, field
 
 from axl.wire import KEY_SIZE
@@ -48,20 +49,20 @@ class Record:
 
 def add_record(pieces: list[bytes], id_: int, sender: bytes, payload: bytes) -> None:
     """Append to a row's pieces a record whose payload stays in the row."""
-    _check_sender(sender)
-    pieces.append(RECORD.pack(id_, sender, IN_ROW, len(payload)))
-    pieces.append(payload)
+    if len(sender) != KEY_SIZE:
+        raise _wrong_sender(sender)
+    pieces += (RECORD.pack(id_, sender, IN_ROW, len(payload)), payload)
 
 
 def add_apart_record(pieces: list[bytes], id_: int, sender: bytes, size: int) -> None:
     """Append to a row's pieces a record whose payload of `size` bytes is in a file of its own."""
-    _check_sender(sender)
+    if len(sender) != KEY_SIZE:
+        raise _wrong_sender(sender)
     pieces.append(RECORD.pack(id_, sender, APART, size))
 
 
-def _check_sender(sender: bytes) -> None:
-    if len(sender) != KEY_SIZE:
-        raise ValueError(f"a sender key of {len(sender)} bytes")
+def _wrong_sender(sender: bytes) -> ValueError:
+    return ValueError(f"a sender key of {len(sender)} bytes")
 
 
 def decode_records(row: bytes) -> Iterator[Record]:
@@ -120,8 +121,11 @@ class MessageRows:
         are its records' ids in order (those delivered already too)."""
         self._count[first] = count
         self._delivered[first] = delivered
-        self._place.update((id_, (first, position)) for position, id_ in enumerate(ids)
-                           if not delivered >> position & 1)
+        if delivered:
+            self._place.update((id_, (first, position)) for position, id_ in enumerate(ids)
+                               if not delivered >> position & 1)
+        else:
+            self._place.update(zip(ids, zip(repeat(first), range(count))))
 
     def plan(self, deletes: Iterable[int]) -> DeliveryPlan:
         """The rows and bitmaps to write for these deliveries (ids this store

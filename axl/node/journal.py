@@ -82,7 +82,7 @@ _TRANSITIONS: dict[JournalState, frozenset[JournalState]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Staged:
     message: InboxMessage
     origin: StreamOrigin | None
@@ -150,15 +150,18 @@ class Journal:
         return None
 
     def add(self, message: InboxMessage, origin: StreamOrigin | None, settled: Settled) -> None:
-        self._last_id = max(self._last_id, message.id)
+        if message.id > self._last_id:
+            self._last_id = message.id
         if self.state is JournalState.WAL_HELD:
             self._refuse([_Staged(message, origin, settled)])
             return
         self._staged.append(_Staged(message, origin, settled))
-        self._step_soon()
+        if self._next_step is None:
+            self._step_soon()
 
-    def delete(self, message_id: int) -> None:
-        self._deletes.append(message_id)
+    def delete(self, message_ids: list[int]) -> None:
+        """The messages `message_ids` were delivered: they leave the file with the next commit."""
+        self._deletes += message_ids
         if self.state is not JournalState.FAILING:  # else with the next try
             self._step_soon()
 
@@ -302,17 +305,21 @@ class Journal:
     def _sessions_after(self, staged: list[_Staged]) -> dict[SessionKey, CommittedSession]:
         """The stream sessions as they will be once `staged` is committed, as
         copies: a failed commit leaves the committed ones as they were."""
-        sessions: dict[SessionKey, CommittedSession] = {}
+        numbers: dict[SessionKey, list[int]] = {}
         for entry in staged:
-            if entry.origin is None:
-                continue
-            session_id, seq = entry.origin
-            key = (entry.message.sender, session_id)
-            session = sessions.get(key)
-            if session is None:
-                committed = self._sessions.get(key)
-                session = sessions[key] = CommittedSession() if committed is None else replace(committed)
-            session.add(seq)
+            origin = entry.origin
+            if origin is not None:
+                key = (entry.message.sender, origin[0])
+                found = numbers.get(key)
+                if found is None:
+                    numbers[key] = [origin[1]]
+                else:
+                    found.append(origin[1])
+        sessions: dict[SessionKey, CommittedSession] = {}
+        for key, seqs in numbers.items():
+            committed = self._sessions.get(key)
+            session = sessions[key] = CommittedSession() if committed is None else replace(committed)
+            session.add_all(seqs)
         return sessions
 
     def _keep(self, key: SessionKey, session: CommittedSession) -> None:

@@ -233,6 +233,20 @@ class CommittedSession:
         elif -ahead < STREAM_WINDOW:
             self.bits |= 1 << -ahead
 
+    def add_all(self, seqs: list[int]) -> None:
+        """`add` each of `seqs`: a run of numbers one after another past
+        `taken_upto` (a busy sender's batch) in one shift of the bits."""
+        first, count = seqs[0], len(seqs)
+        if first > self.taken_upto and seqs == list(range(first, first + count)):
+            last = first + count - 1
+            ahead = last - self.taken_upto
+            run = (1 << min(count, STREAM_WINDOW)) - 1
+            self.bits = run if ahead >= STREAM_WINDOW else ((self.bits << ahead) | run) & _WINDOW_MASK
+            self.taken_upto = last
+            return
+        for seq in seqs:
+            self.add(seq)
+
     def committed(self) -> Iterator[int]:
         """The sequence numbers committed within the window, in order."""
         bits = self.bits
