@@ -99,14 +99,16 @@ fuzz-api: $(BIN)/axl-node
 chaos: $(BIN)/axl-node
 	$(PY) -m axl.chaos chaos --duration 300
 
-# 10,000 messages of up to 1 KiB, then 200 of 16 MiB, from 4 senders while the
-# receiving node is SIGKILLed 3 times (the durable inbox), with inbox_sync
-# normal and full; CRASH_ARGS=--no-streams sends as Go nodes do.
+# 10,000 messages of up to 1 KiB, then 200 of 16 MiB, then 60,000 of up to
+# 1 KiB over /ws (commits of a hundred or more: row files), from 4 senders
+# while the receiving node is SIGKILLed 3 times (the durable inbox), with
+# inbox_sync normal and full; CRASH_ARGS=--no-streams sends as Go nodes do.
 CRASH_ARGS ?=
 crash: $(BIN)/axl-node
 	for sync in normal full; do \
 		$(PY) -m axl.chaos crash --messages 10000 --senders 4 --kills 3 --sync $$sync $(CRASH_ARGS) && \
-		$(PY) -m axl.chaos crash --messages 200 --size 16MiB --senders 4 --kills 3 --sync $$sync $(CRASH_ARGS) \
+		$(PY) -m axl.chaos crash --messages 200 --size 16MiB --senders 4 --kills 3 --sync $$sync $(CRASH_ARGS) && \
+		$(PY) -m axl.chaos crash --messages 60000 --senders 4 --kills 3 --ws --sync $$sync $(CRASH_ARGS) \
 		|| exit 1; \
 	done
 

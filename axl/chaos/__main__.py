@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     crash.add_argument("--size", type=_byte_size, default=None,
                        help="every message of this size, e.g. 16MiB [up to 1 KiB each]")
     crash.add_argument("--sync", choices=("normal", "full"), default="normal", help="the receiver's inbox_sync")
+    crash.add_argument("--ws", action="store_true",
+                       help="send and read over /ws (many messages in flight) instead of /send and /recv")
     soak = sub.add_parser("soak", help="steady traffic on 5 nodes; RSS and fds each interval")
     soak.add_argument("--duration", type=float, default=600.0)
     soak.add_argument("--interval", type=float, default=60.0)
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if report.ok() else 1
     if args.command == "crash":
         report = run_crash(base, args.messages, args.senders, args.kills, not args.no_streams, args.seed,
-                           size=args.size, sync=args.sync)
+                           size=args.size, sync=args.sync, over_ws=args.ws)
         print(report.text())
         return 0 if report.ok() else 1
     if args.command == "soak":

@@ -13,6 +13,13 @@ bytes; with messages large enough to be kept in files of their own, every
 other kill (at random) waits instead for one such file half written. The
 receiver's `inbox_sync` is "normal" or "full".
 
+Over /ws (`over_ws`), each sender keeps WS_WINDOW messages in flight on one
+socket and posts again (as new attempts) those whose ack is not 200 or never
+came; the reader takes messages from a /ws?recv=1 socket and says "done" to
+each. The receiver then commits a hundred messages or more at once, which
+with "normal" it keeps in a row file of its own (axl.node.store): the run
+counts the row files it saw.
+
 Afterwards, per sender: every acknowledged attempt must have been read
 (none lost), no attempt twice under two inbox ids (none duplicated), and
 the attempts in the order they were sent. A message the reader got, whose
@@ -23,13 +30,17 @@ keeps the first.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import aiohttp
 
 from axl.chaos.mesh import http
 from axl.node.store import APART_BYTES
@@ -44,6 +55,11 @@ RUN_TIMEOUT = 600.0
 KILL_JITTER = 0.5
 # How long a kill waits for a payload file being written, at most.
 MID_PAYLOAD_WAIT = 2.0
+# Over /ws: messages in flight per sender, how long an ack may take before
+# the socket is given up (its messages posted again), and the reader's window.
+WS_WINDOW = 256
+WS_ACK_TIMEOUT = 30.0
+WS_READ_WINDOW = 1024
 
 
 @dataclass
@@ -57,10 +73,20 @@ class Sender:
     message_of: dict[int, int] = field(default_factory=dict)  # attempt -> message number
     read: list[int] = field(default_factory=list)  # attempts, in the order read
     done: bool = False
+    # how many attempts were acknowledged so far: what the killing thread
+    # reads while the sending one writes (statuses changes size meanwhile)
+    acknowledged_count: int = 0
+
+    def settle(self, attempt: int, status: int) -> None:
+        """Attempt `attempt` was answered `status` (0: no answer came)."""
+        self.statuses[attempt] = status
+        if status == 200:
+            self.acknowledged_count += 1
 
     @property
     def acknowledged(self) -> list[int]:
-        return [attempt for attempt, status in list(self.statuses.items()) if status == 200]
+        """The attempts acknowledged (once the sending is over)."""
+        return [attempt for attempt, status in self.statuses.items() if status == 200]
 
 
 @dataclass
@@ -83,6 +109,8 @@ class CrashReport:
     forged_sender: int
     status_counts: dict[int, int]
     seconds: float
+    over_ws: bool = False
+    row_files_seen: int = 0
 
     def ok(self) -> bool:
         return (self.lost == 0 and self.duplicated == 0 and self.out_of_order == 0
@@ -90,7 +118,8 @@ class CrashReport:
 
     def text(self) -> str:
         return "\n".join([
-            f"{self.path} path, {_size_text(self.size)} messages, inbox_sync {self.sync}: {self.messages} "
+            f"{self.path} path{', over /ws' if self.over_ws else ''}, {_size_text(self.size)} messages, "
+            f"inbox_sync {self.sync}: {self.messages} "
             f"messages from {self.senders} senders, receiver SIGKILLed {self.kills} times"
             + (f" ({self.kills_mid_payload} while writing a payload file)" if (self.size or 0) >= APART_BYTES else "")
             + f", {self.seconds:.1f}s",
@@ -99,7 +128,8 @@ class CrashReport:
             f"{self.out_of_order}, forged sender {self.forged_sender}",
             f"delivered but not acknowledged (the sender posted them again): {self.delivered_unacknowledged}; "
             f"read again with the same id after a crash: {self.redelivered_same_id}",
-            f"/send statuses: {json.dumps(self.status_counts, sort_keys=True)}",
+            f"{'/ws ack' if self.over_ws else '/send'} statuses: {json.dumps(self.status_counts, sort_keys=True)}; "
+            f"row files seen in the receiver's payload folder: {self.row_files_seen}",
         ])
 
 
@@ -109,18 +139,23 @@ def _size_text(size: int | None) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 and size % (1 << 20) == 0 else f"{size} byte"
 
 
+def _payload(sender: Sender, attempt: int, number: int, rng: random.Random, size: int | None) -> bytes:
+    """Attempt `attempt` at message `number`: up to 1 KiB, or `size` bytes."""
+    sender.message_of[attempt] = number
+    head = f"{sender.name}:{attempt}:{number}:".encode()
+    return head + rng.randbytes(rng.randrange(16, 1024) if size is None else max(0, size - len(head)))
+
+
 def _send_all(sender: Sender, dest: str, seed: int, timeout: float, size: int | None) -> None:
     rng = random.Random(seed)
     attempt = 0
     for number in range(sender.count):
         while True:
             attempt += 1
-            sender.message_of[attempt] = number
-            head = f"{sender.name}:{attempt}:{number}:".encode()
-            payload = head + rng.randbytes(rng.randrange(16, 1024) if size is None else max(0, size - len(head)))
+            payload = _payload(sender, attempt, number, rng, size)
             status, _, _ = http("POST", sender.node.bridge_url + "/send", payload,
                                 {"X-Destination-Peer-Id": dest}, timeout=timeout)
-            sender.statuses[attempt] = status
+            sender.settle(attempt, status)
             if status == 200:
                 break
             time.sleep(0.1)
@@ -142,17 +177,20 @@ class _Reader:
         status, headers, body = http("GET", f"{self.node.bridge_url}/recv?wait={wait:g}", timeout=wait + 10)
         if status != 200:
             return False
-        message_id = int(headers["X-Message-Id"])
+        self.got(int(headers["X-Message-Id"]), headers.get("X-From-Peer-Id"), body)
+        return True
+
+    def got(self, message_id: int, from_peer: str | None, body: bytes) -> None:
+        """One message read: a redelivery (the same id again), or the next of its sender's."""
         if message_id in self.seen_ids:
             self.redelivered += 1
-            return True
+            return
         self.seen_ids.add(message_id)
         name, attempt, _ = body.split(b":", 2)
         sender = self.senders[name.decode()]
         sender.read.append(int(attempt))
-        if headers.get("X-From-Peer-Id") != sender.node.peer_id:
+        if from_peer != sender.node.peer_id:
             self.forged += 1
-        return True
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -166,9 +204,10 @@ class _Reader:
 
 def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: int = 3,
               message_streams: bool = True, seed: int = 1, log_level: str = "info",
-              size: int | None = None, sync: str = "normal") -> CrashReport:
+              size: int | None = None, sync: str = "normal", over_ws: bool = False) -> CrashReport:
     """`messages` in all from `senders` nodes to one receiver, killed `kills`
-    times; each message up to 1 KiB, or of `size` bytes."""
+    times; each message up to 1 KiB, or of `size` bytes; through /send and
+    /recv, or over /ws (`over_ws`)."""
     config = {**CRASH_NODE_CONFIG, "message_streams": message_streams, "inbox_sync": sync}
     net = Testnet(senders + 1, "star", base_dir, log_level=log_level, extra_config=config)
     try:
@@ -179,26 +218,134 @@ def run_crash(base_dir: Path, messages: int = 10_000, senders: int = 4, kills: i
         flows = [Sender(f"s{i}", net.nodes[i], share + (1 if i <= extra else 0)) for i in range(1, senders + 1)]
         by_name = {flow.name: flow for flow in flows}
         timeout = config["send_timeout_secs"] + config["lookup_timeout_secs"] + 10
-        threads = [threading.Thread(target=_send_all, args=(flow, receiver.peer_id, seed * 100 + i, timeout, size))
-                   for i, flow in enumerate(flows)]
         reader = _Reader(receiver, by_name)
         stop_reading = threading.Event()
-        reading = threading.Thread(target=reader.run, args=(stop_reading,))
+        if over_ws:
+            threads = [threading.Thread(target=asyncio.run, args=(_ws_traffic(flows, receiver.peer_id, seed, size,
+                                                                              reader, stop_reading),),
+                                        daemon=True)]
+        else:
+            threads = [threading.Thread(target=_send_all, args=(flow, receiver.peer_id, seed * 100 + i, timeout, size),
+                                        daemon=True) for i, flow in enumerate(flows)]
+            threads.append(threading.Thread(target=reader.run, args=(stop_reading,), daemon=True))
+        rows = _RowFileCount(_payloads_folder(receiver))
         start = time.monotonic()
-        for thread in [*threads, reading]:
+        for thread in threads:
             thread.start()
-        payloads = None if size is None or size < APART_BYTES else _payloads_folder(receiver)
+        rows.start()
+        payloads = None if size is None or size < APART_BYTES else rows.folder
         killed, mid_payload = _kill_along(net, flows, messages, kills, start, random.Random(seed), payloads, size)
+        while not all(flow.done for flow in flows) and time.monotonic() - start < RUN_TIMEOUT:
+            time.sleep(0.05)
+        stop_reading.set()
         for thread in threads:
             thread.join(max(1.0, RUN_TIMEOUT - (time.monotonic() - start)))
-        stop_reading.set()
-        reading.join()
         seconds = time.monotonic() - start
-        reader.drain()
-        return _report("stream" if message_streams else "one connection per message", size, sync,
-                       messages, flows, killed, mid_payload, reader, seconds)
+        rows.stop()
+        if not over_ws:
+            reader.drain()
+        report = _report("stream" if message_streams else "one connection per message", size, sync,
+                         messages, flows, killed, mid_payload, reader, seconds)
+        report.over_ws = over_ws
+        report.row_files_seen = len(rows.seen)
+        return report
     finally:
         net.stop()
+
+
+class _RowFileCount:
+    """The row files (`r<first>`) seen in the receiver's payload folder, looked at every few milliseconds."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            try:
+                self.seen.update(entry.name for entry in os.scandir(self.folder) if entry.name.startswith("r"))
+            except OSError:  # no folder yet, or the receiver is starting again
+                pass
+
+
+async def _ws_traffic(flows: list[Sender], dest: str, seed: int, size: int | None, reader: _Reader,
+                      stop: threading.Event) -> None:
+    """Every sender's messages over /ws, and the reader on /ws?recv=1 until `stop`, then until the queue is empty."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+    async with aiohttp.ClientSession(timeout=timeout) as http_session:
+        reading = asyncio.create_task(_ws_read(http_session, reader, stop))
+        await asyncio.gather(*(_ws_send_all(http_session, flow, dest, random.Random(seed * 100 + i), size)
+                               for i, flow in enumerate(flows)))
+        await reading
+
+
+async def _ws_send_all(http_session: aiohttp.ClientSession, sender: Sender, dest: str, rng: random.Random,
+                       size: int | None) -> None:
+    """Post each message over /ws until it is acknowledged, WS_WINDOW in flight;
+    one whose ack is not 200, or whose socket went before its ack, goes again
+    (a new attempt) after those already waiting."""
+    key = bytes.fromhex(dest)
+    waiting = deque(range(sender.count))  # message numbers, in the order they go next
+    attempt = 0
+    while waiting:
+        in_flight: dict[int, int] = {}  # the socket's frame number -> attempt
+        try:
+            async with http_session.ws_connect(sender.node.bridge_url + "/ws") as ws:
+                frame = 0
+                while waiting or in_flight:
+                    while waiting and len(in_flight) < WS_WINDOW:
+                        attempt += 1
+                        frame += 1
+                        in_flight[frame] = attempt
+                        await ws.send_bytes(key + _payload(sender, attempt, waiting.popleft(), rng, size))
+                    message = await ws.receive(timeout=WS_ACK_TIMEOUT)
+                    if message.type is not aiohttp.WSMsgType.TEXT:
+                        raise ConnectionError(f"/ws of {sender.name}: {message.type.name}")
+                    ack = json.loads(message.data)
+                    acked = in_flight.pop(ack["ack"])
+                    sender.settle(acked, ack["status"])
+                    if ack["status"] != 200:
+                        waiting.append(sender.message_of[acked])
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            for lost in in_flight.values():
+                sender.settle(lost, 0)
+                waiting.append(sender.message_of[lost])
+            await asyncio.sleep(0.1)
+    sender.done = True
+
+
+async def _ws_read(http_session: aiohttp.ClientSession, reader: _Reader, stop: threading.Event) -> None:
+    """Take the receiver's messages over /ws?recv=1, through its restarts;
+    once `stop` is set, until nothing comes for a second."""
+    url = f"{reader.node.bridge_url}/ws?recv=1&window={WS_READ_WINDOW}"
+    while True:
+        try:
+            async with http_session.ws_connect(url) as ws:
+                while True:
+                    try:
+                        message = await ws.receive(timeout=RECV_WAIT)
+                    except TimeoutError:
+                        if stop.is_set():
+                            return
+                        continue
+                    if message.type is not aiohttp.WSMsgType.BINARY:
+                        break
+                    data = message.data
+                    message_id = int.from_bytes(data[:8], "big")
+                    reader.got(message_id, data[8:40].hex(), data[40:])
+                    await ws.send_str(json.dumps({"done": message_id}))
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            pass
+        await asyncio.sleep(0.05)
 
 
 def _payloads_folder(node: TestnetNode) -> Path:
@@ -216,7 +363,7 @@ def _kill_along(net: Testnet, flows: list[Sender], messages: int, kills: int, st
     while killed < kills and time.monotonic() - start < RUN_TIMEOUT:
         if all(flow.done for flow in flows):
             break
-        if sum(len(flow.acknowledged) for flow in flows) >= messages * (killed + 1) / (kills + 1):
+        if sum(flow.acknowledged_count for flow in flows) >= messages * (killed + 1) / (kills + 1):
             if payloads is not None and size is not None and rng.random() < 0.5:
                 mid_payload += _await_payload_being_written(payloads, size)
             else:
