@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     title = (f"axl-py daemon bench ({'quick' if args.quick else 'full'}; "
              f"{sizes.bulk_count} x {sizes.bulk_message >> 20} MiB bulk, "
-             f"{sizes.small_count} x 1 KiB small, /ws {sizes.ws_rounds} x {sizes.ws_count}; "
+             f"{sizes.small_count} x 1 KiB small, /ws {sizes.ws_rounds} x {sizes.ws_count} "
+             f"(in turn {sizes.ws_turns} x {sizes.ws_turn_count} to each receiver); "
              f"{os.cpu_count()} cores, "
              f"Python {platform.python_version()})")
     print(render(results, title, earlier))
