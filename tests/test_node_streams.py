@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 
 from test_node_core import SETTINGS, Pair
 
 from axl.budgets import STREAM_BASE_WINDOW, STREAM_WINDOW
 from axl.errors import DeliveryTimeout, MessageTooLarge, ReceiverFull
-from axl.identity import address_for_key
+from axl.identity import NodeIdentity, address_for_key
 from axl.node import msgstream
+from axl.node.core import NodeCore
 from axl.node.messages import Acknowledged, InboundMessage, SendFailed
 from axl.node.streams import BODY_HOLD, PeerLogLimit
 from axl.routing.frames import split_frame
@@ -187,6 +189,39 @@ def test_a_stream_that_cannot_be_reopened_reports_504():
     [failed] = pair.take(0, SendFailed)
     assert failed.handle == handle and isinstance(failed.error, DeliveryTimeout)
 
+
+
+def restart_second(pair: Pair) -> None:
+    """The second node is killed and starts again with the same key: no
+    connection, session or message of before, and the link comes up anew."""
+    new = NodeCore(NodeIdentity.from_seed(bytes([2]) * 32), SETTINGS, pair.now, rng=random.Random(22))
+    pair.cores[1] = new
+    pair.events[1] = []
+    pair.cores[0].link_down(1, pair.now)
+    pair.cores[0].link_up(1, new.identity.public_key, 0, pair.now)
+    new.link_up(1, pair.cores[0].identity.public_key, 0, pair.now)
+
+
+def test_a_receiver_that_restarted_before_answering_a_full_window_is_found_and_the_stream_reopened():
+    """Every byte of a full window was acknowledged by the receiver's TCP, but
+    the receiver restarted before it answered any message: with the window
+    full nothing more goes on the wire, so only a probe at the send timeout
+    finds out. The restarted receiver resets it, the stream reopens, the
+    unanswered messages come again (their senders were told 504, "may or may
+    not have been delivered"), and what is sent next is delivered."""
+    pair = Pair()
+    handles, inbound = send_many(pair, b"r", STREAM_BASE_WINDOW + 5)
+    assert len(inbound) == STREAM_BASE_WINDOW  # held by the application, unanswered; 5 wait for room
+    restart_second(pair)
+    pair.run(SETTINGS.send_timeout + 1)
+    failed = pair.take(0, SendFailed)
+    assert sorted(event.handle for event in failed) == sorted(handles)
+    assert all(isinstance(event.error, DeliveryTimeout) for event in failed)
+    assert answer_all(pair) == [b"r%d" % i for i in range(STREAM_BASE_WINDOW)]
+    after = pair.cores[0].send_message(pair.keys[1], b"after", pair.now)
+    assert answer_all(pair) == [b"after"]
+    pair.run(1.0)
+    assert [event.handle for event in pair.take(0, Acknowledged)] == [after]
 
 def test_order_is_kept_once_connected_through_a_reconnection_and_never_toward_the_fallback():
     """`keeps_order` lets /ws start a destination's sends without waiting for

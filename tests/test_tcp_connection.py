@@ -259,6 +259,43 @@ def test_path_change_cuts_a_backed_off_retransmission_short():
     assert client.packets_to_send(now + 0.1), "the head is retransmitted at once"
 
 
+
+def test_a_probe_is_answered_by_a_live_peer_and_stops() -> None:
+    """A keep-alive: an already-acknowledged sequence number, no data; the
+    peer answers with an ACK and no second probe follows."""
+    client, server = _handshake()
+    client.probe(1.0)
+    [probe] = client.segments_to_send(1.0)
+    assert probe.seq_length == 0 and probe.flags == ACK
+    server.receive_segment(probe, 1.0)
+    [answer] = server.segments_to_send(1.0)
+    assert answer.flags == ACK
+    client.receive_segment(answer, 1.01)
+    assert client.get_timer() is None
+    assert client.segments_to_send(30.0) == []
+    assert client.state is State.ESTABLISHED
+
+
+def test_unanswered_probes_repeat_an_rto_apart_and_a_peer_that_lost_the_connection_resets_it() -> None:
+    """The first probes go nowhere (a restarted peer drops the packets of a
+    session it no longer knows); a later one reaches the peer, which has no
+    such connection and answers RST, as a TcpStack does."""
+    client, _server = _handshake()
+    _events(client)
+    client.probe(1.0)
+    sent = client.segments_to_send(1.0)
+    now = 1.0
+    while (due := client.get_timer()) is not None:
+        now = due
+        client.handle_timer(now)
+        sent += client.segments_to_send(now)
+    assert len(sent) == TcpConfig().probes and now - 1.0 < TcpConfig().probes * TcpConfig().max_rto
+    client.probe(now)
+    [probe] = client.segments_to_send(now)
+    client.receive_segment(TcpSegment(7000, 50000, probe.ack, 0, RST, 0), now + 0.01)
+    assert [type(event) for event in _events(client)] == [Reset]
+    assert client.is_closed
+
 def _exchange(sender: TcpConnection, receiver: TcpConnection, now: float) -> list[TcpSegment]:
     """Deliver everything `sender` has due to `receiver`; return what the receiver answers."""
     for segment in sender.segments_to_send(now):

@@ -460,13 +460,23 @@ class MessageStreams:
             else:
                 self._end_link(link, PeerUnreachable(f"no route to {dest}: peer offline or unknown"))
             return
+        expired = False
         while link.expiries and link.expiries[0][0] <= now:
             _, seq = link.expiries.popleft()
             handle = link.handles.pop(seq, None)
             if handle is not None:
+                expired = True
                 link.sender.withdraw(seq)
                 self._events.append(SendFailed(handle, DeliveryTimeout(
                     f"{dest} did not acknowledge within {self.settings.send_timeout:g}s")))
+        if expired and link.connected and link.conn is not None:
+            # A receiver that restarted after its TCP took a window of
+            # messages, before it answered them, lost the connection; with
+            # every byte acknowledged and the window full, nothing more would
+            # go to it, and nothing would show it. A probe it must answer: a
+            # live one with an ACK, a restarted one with a reset, on which
+            # the stream reopens (_broken) and repeats what is unanswered.
+            link.conn.probe(now)
         if link.hold_deadline is not None and link.hold_deadline <= now:
             self._hold_expired(link, now)
             if link.conn is None:

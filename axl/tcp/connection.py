@@ -129,6 +129,8 @@ class TcpConfig:
     time_wait: float = 2.0
     dupack_threshold: int = 3
     max_persist_interval: float = 5.0
+    # How many keep-alive probes `probe` sends, one an RTO apart, until the peer answers.
+    probes: int = 4
     offer_window_scale: bool = True
     hold_until_consumed: bool = False
     ack_delay: float = 0.04
@@ -211,6 +213,9 @@ class TcpConnection:
         self._retries = 0
         self._persist_deadline: float | None = None
         self._persist_backoff = 0
+        # the next keep-alive probe (`probe`), and how many are left to send
+        self._probe_deadline: float | None = None
+        self._probes_left = 0
         self._time_wait_deadline: float | None = None
 
 
@@ -365,6 +370,7 @@ class TcpConnection:
         self._touch()
         if self.state is State.CLOSED:
             return
+        self._probe_deadline = None  # the peer answered (or spoke) meanwhile
         if self.state is State.SYN_SENT:
             self._receive_in_syn_sent(segment, now)
         else:
@@ -822,7 +828,7 @@ class TcpConnection:
         return self._rtt.rto(cap)
 
     def get_timer(self) -> float | None:
-        deadlines = [d for d in (self._rto_deadline, self._persist_deadline,
+        deadlines = [d for d in (self._rto_deadline, self._persist_deadline, self._probe_deadline,
                                  self._time_wait_deadline, self._ack_deadline) if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -835,6 +841,11 @@ class TcpConnection:
             self._on_retransmission_timeout(now)
         if self._persist_deadline is not None and now >= self._persist_deadline:
             self._send_window_probe(now)
+        if self._probe_deadline is not None and now >= self._probe_deadline:
+            if self.state in _SENDING_STATES:
+                self._send_probe(now)
+            else:
+                self._probe_deadline = None
         if self._ack_deadline is not None and now >= self._ack_deadline:
             self._ack_deadline = None
             self._ack_now = True
@@ -886,6 +897,25 @@ class TcpConnection:
                 self._persist_deadline = now + interval
         else:
             self._persist_deadline = None
+
+    def probe(self, now: float) -> None:
+        """Send segments the peer must answer (an already-acknowledged
+        sequence number, no data: a keep-alive), one an RTO apart until it
+        answers, `probes` in all: a live peer answers with an ACK; a peer
+        that no longer has the connection (it restarted) with RST, which
+        resets it here. For a connection with every byte acknowledged and
+        nothing more to send, the only way to find a peer that went away.
+        More than one, because a restarted peer drops the first packet of
+        a session it no longer knows while the session is keyed again."""
+        if self.state in _SENDING_STATES:
+            self._probes_left = self.config.probes
+            self._send_probe(now)
+
+    def _send_probe(self, now: float) -> None:
+        self._touch()
+        self._queued.append(self._make_segment(self._snd_una - 1, ACK))
+        self._probes_left -= 1
+        self._probe_deadline = now + self.rto if self._probes_left > 0 else None
 
     def _send_window_probe(self, now: float) -> None:
         """An already-acknowledged sequence number forces the peer to answer with its window."""
