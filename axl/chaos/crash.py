@@ -260,7 +260,7 @@ class _RowFileCount:
         self.folder = folder
         self.seen: set[str] = set()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
         self._thread.start()

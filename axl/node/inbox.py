@@ -229,7 +229,7 @@ class Inbox:
 
     def delivered(self, messages: Iterable[InboxMessage]) -> None:
         """Taken messages that reached their client: they leave the inbox (the store's copy too)."""
-        ids = []
+        ids: list[int] = []
         for message in messages:
             self._release(message)
             ids.append(message.id)

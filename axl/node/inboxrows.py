@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from axl.wire import KEY_SIZE
 
