@@ -590,8 +590,7 @@ def run_configs(paths: list[str]) -> int:
         print(f"axl-testnet: no such config file: {', '.join(missing)}", file=sys.stderr)
         return 2
     runner = PrefixedRun(configs)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    stop_on_signals()
     try:
         runner.start()
         code = runner.wait()
@@ -632,6 +631,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, so that
+    the caller's `finally` stops the nodes it started (a program killed with
+    SIGTERM otherwise left them running)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     """SIGINT and SIGTERM take the same clean path, even where the shell started us ignoring SIGINT."""
     raise KeyboardInterrupt
@@ -650,8 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TestnetError, NoFreePort) as error:
         print(f"axl-testnet: {error}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    stop_on_signals()
     try:
         testnet.start()
         print(f"started {args.nodes} nodes ({args.shape}); waiting for the tree to converge...", flush=True)

@@ -15,6 +15,7 @@ from axl.chaos.fuzzapi import run_fuzz_api
 from axl.chaos.hostile import run_hostile
 from axl.chaos.mesh import run_chaos
 from axl.chaos.soak import run_soak
+from axl.testnet import stop_on_signals
 
 
 def _work_dir(given: str | None) -> Path:
@@ -37,6 +38,16 @@ def _byte_size(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; Ctrl-C or SIGTERM stops its nodes and exits 130."""
+    stop_on_signals()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("interrupted: the nodes were stopped", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m axl.chaos", description=axl.chaos.__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     chaos = sub.add_parser("chaos", help="kill relays and cut links under load; check zero loss")
