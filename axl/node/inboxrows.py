@@ -21,7 +21,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
 
 from axl.wire import KEY_SIZE
 
@@ -49,20 +48,20 @@ class Record:
 
 def add_record(pieces: list[bytes], id_: int, sender: bytes, payload: bytes) -> None:
     """Append to a row's pieces a record whose payload stays in the row."""
-    if len(sender) != KEY_SIZE:
-        raise _wrong_sender(sender)
-    pieces += (RECORD.pack(id_, sender, IN_ROW, len(payload)), payload)
+    _check_sender(sender)
+    pieces.append(RECORD.pack(id_, sender, IN_ROW, len(payload)))
+    pieces.append(payload)
 
 
 def add_apart_record(pieces: list[bytes], id_: int, sender: bytes, size: int) -> None:
     """Append to a row's pieces a record whose payload of `size` bytes is in a file of its own."""
-    if len(sender) != KEY_SIZE:
-        raise _wrong_sender(sender)
+    _check_sender(sender)
     pieces.append(RECORD.pack(id_, sender, APART, size))
 
 
-def _wrong_sender(sender: bytes) -> ValueError:
-    return ValueError(f"a sender key of {len(sender)} bytes")
+def _check_sender(sender: bytes) -> None:
+    if len(sender) != KEY_SIZE:
+        raise ValueError(f"a sender key of {len(sender)} bytes")
 
 
 def decode_records(row: bytes) -> Iterator[Record]:
@@ -121,11 +120,8 @@ class MessageRows:
         are its records' ids in order (those delivered already too)."""
         self._count[first] = count
         self._delivered[first] = delivered
-        if delivered:
-            self._place.update((id_, (first, position)) for position, id_ in enumerate(ids)
-                               if not delivered >> position & 1)
-        else:
-            self._place.update(zip(ids, zip(repeat(first), range(count))))
+        self._place.update((id_, (first, position)) for position, id_ in enumerate(ids)
+                           if not delivered >> position & 1)
 
     def plan(self, deletes: Iterable[int]) -> DeliveryPlan:
         """The rows and bitmaps to write for these deliveries (ids this store

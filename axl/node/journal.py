@@ -156,8 +156,7 @@ class Journal:
             self._refuse([_Staged(message, origin, settled)])
             return
         self._staged.append(_Staged(message, origin, settled))
-        if self._next_step is None:
-            self._step_soon()
+        self._step_soon()
 
     def delete(self, message_ids: list[int]) -> None:
         """The messages `message_ids` were delivered: they leave the file with the next commit."""
