@@ -92,6 +92,87 @@ async def test_messages_wait_for_their_commit_and_come_back_after_a_reopen(tmp_p
     last.close()
 
 
+async def turns(count: int = 3) -> None:
+    """Let the loop run `count` turns (a step due at the end of a turn runs)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def long_hold(monkeypatch) -> float:
+    """Commits held back for long enough that a slow machine's turns never outlast it."""
+    monkeypatch.setattr(journal, "GROUP_SECONDS", 0.3)
+    return 0.3
+
+
+async def test_small_messages_close_together_are_held_back_to_share_a_commit(tmp_path: Path, long_hold) -> None:
+    inbox = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3"))
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"first")  # after a quiet while: committed at the end of its turn
+    await turns()
+    assert inbox.commit_seconds.count == 1 and outcomes.settled == [(b"first", True)]
+    outcomes.offer(inbox, b"second")  # close behind the first: held back
+    await turns()
+    assert inbox.commit_seconds.count == 1 and len(outcomes.settled) == 1
+    outcomes.offer(inbox, b"third")  # in a later turn, while the second waits: the same commit
+    started = time.monotonic()
+    while len(outcomes.settled) < 3:
+        assert time.monotonic() - started < 10 * long_hold, "the held commit never came"
+        await asyncio.sleep(0.01)
+    assert inbox.commit_seconds.count == 2
+    assert outcomes.settled[1:] == [(b"second", True), (b"third", True)]
+    inbox.close()
+
+
+async def test_a_sender_waiting_for_each_answer_is_soon_no_longer_held_back(tmp_path: Path, monkeypatch) -> None:
+    """One message at a time, each sent once the last is stored: holding back
+    gathers nothing, so after GROUP_ALONE_TRIES held commits none is held."""
+    monkeypatch.setattr(journal, "GROUP_SECONDS", 0.05)
+    monkeypatch.setattr(journal, "GROUP_RETRY_SECONDS", 3600.0)
+    inbox = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3"))
+    outcomes = Outcomes()
+    waited: list[bool] = []  # per message: whether it was still unanswered after its turn
+    for number in range(2 * journal.GROUP_ALONE_TRIES + 4):
+        outcomes.offer(inbox, b"m%d" % number)
+        await turns()
+        waited.append(len(outcomes.settled) == number)
+        while len(outcomes.settled) == number:
+            await asyncio.sleep(0.005)
+    # The first comes after a quiet while, and each after a held one comes
+    # more than GROUP_SECONDS after it: every other one is held, until
+    # GROUP_ALONE_TRIES were; then none.
+    assert waited == [False, True] * journal.GROUP_ALONE_TRIES + [False] * 4
+    assert all(stored for _, stored in outcomes.settled)
+    inbox.close()
+
+
+async def test_deliveries_alone_wait_for_company(tmp_path: Path, long_hold) -> None:
+    inbox = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3"))
+    Outcomes().offer(inbox, b"one")
+    await turns()
+    assert inbox.commit_seconds.count == 1
+    inbox.delivered([inbox.get_nowait()])
+    await turns()
+    assert inbox.commit_seconds.count == 1  # its deletion waits
+    await asyncio.sleep(long_hold * 2)
+    assert inbox.commit_seconds.count == 2  # and is committed alone after GROUP_SECONDS
+    inbox.close()
+
+
+async def test_full_sync_never_holds_a_commit_back(tmp_path: Path, long_hold) -> None:
+    """With "full" each commit waits for the disk on a thread, and what comes
+    meanwhile gathers for the next: nothing is held back on top of that."""
+    inbox = Inbox(100, 1 << 20, InboxStore.open(tmp_path / "inbox.sqlite3", "full", OWNER))
+    outcomes = Outcomes()
+    for payload in (b"a", b"b"):
+        outcomes.offer(inbox, payload)
+        started = time.monotonic()
+        while not outcomes.settled or outcomes.settled[-1][0] != payload:
+            await asyncio.sleep(0.005)
+        assert time.monotonic() - started < long_hold
+    inbox.close()
+
+
 async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path, rows_in_database) -> None:
     store = open_store(tmp_path / "inbox.sqlite3")
     inbox = Inbox(100, 1 << 30, store)

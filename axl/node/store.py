@@ -469,6 +469,11 @@ class InboxStore:
         self._db.execute("COMMIT")
 
     @property
+    def commits_wait_for_disk(self) -> bool:
+        """With "full", every commit waits for the disk (on the store's thread)."""
+        return self._full
+
+    @property
     def checkpoint_due(self) -> bool:
         return self._wal_pages >= CHECKPOINT_PAGES
 
