@@ -261,6 +261,10 @@ class Node:
         """`recv` as a future, with no task (see Inbox.take)."""
         return self.inbox.take(wait, until)
 
+    def take_nowait(self) -> InboxMessage | None:
+        """The next queued message, or None (see Inbox.get_nowait)."""
+        return self.inbox.get_nowait()
+
     def give_back(self, messages: list[InboxMessage]) -> None:
         """Messages taken by `recv` that their client never got go back to the front."""
         self.inbox.give_back(messages)
