@@ -24,6 +24,8 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, cpu_seconds, rss_bytes
 from axl.bench.report import percentile
+from axl.client.common import BridgeError, bridge_at
+from axl.client.stream import MessageStream
 
 MB = 1_000_000
 MIB = 1 << 20
@@ -34,6 +36,8 @@ DRAIN_SECONDS = 10.0
 # How often the bench's other client asks a receiver something while bulk
 # lands, for the bulk phase done this many times (a p99 of 100 answers or more).
 PROBE_INTERVAL = 0.01
+# Messages a /ws receiving stream may hold undone (the bridge's most).
+WS_RECEIVE_WINDOW = 1024
 LANDING_ROUNDS = 3
 WARMUP_TIMEOUT = 60.0
 PHASE_DEADLINE = 300.0
@@ -368,8 +372,8 @@ class LoopBench:
 
     async def _ws_messages(self, suffix: str = "") -> None:
         """1 KiB messages n0 -> n1 over /ws, in rounds: one sending socket
-        (the median round's rate of 200 acks) and one receiving socket on n1
-        that marks each delivery done; each node's CPU per message until the
+        (the median round's rate of 200 acks) and one receiving stream on n1
+        that marks each batch of deliveries done (`_ws_round`); each node's CPU per message until the
         deliveries are done (the receiver's share includes handing them out);
         and n1's inbox commits meanwhile (their mean time, messages per commit)."""
         source, dest = self.nodes[0], self.nodes[1]
@@ -394,31 +398,41 @@ class LoopBench:
 
     async def _ws_round(self, source: BenchNode, dest: BenchNode, count: int) -> tuple[int, float, int]:
         """One round of `count` messages: how many were acknowledged, in how
-        many seconds, and how many of those never reached the receiving socket."""
+        many seconds, and how many of those never reached the receiving
+        stream. The receiver is axl.client's MessageStream, as a user's
+        program would take them: each batch of arrivals marked done in one
+        frame when it asks for the next."""
         frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
-        async with await self._receiving_socket(dest) as inbound, \
-                self.http.ws_connect(f"{source.url}/ws") as outbound:
-            delivered: set[int] = set()
-            receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered))
-            start = time.perf_counter()
-            writing = asyncio.create_task(self._ws_write(outbound, frame, count))
-            acked = await ws_acks(outbound, count)
-            elapsed = time.perf_counter() - start
-            await writing
-            await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
-            receiving.cancel()
+        inbound = await self._receiving_stream(dest)
+        delivered: set[int] = set()
+        handled: list[int] = []
+        try:
+            async with self.http.ws_connect(f"{source.url}/ws") as outbound:
+                receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered, handled))
+                start = time.perf_counter()
+                writing = asyncio.create_task(self._ws_write(outbound, frame, count))
+                acked = await ws_acks(outbound, count)
+                elapsed = time.perf_counter() - start
+                await writing
+                await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
+                receiving.cancel()
+        finally:
+            await inbound.close(finished=False, handled=handled)
         return acked, elapsed, acked - len(delivered)
 
-    async def _receiving_socket(self, node: BenchNode) -> aiohttp.ClientWebSocketResponse:
-        """A /ws socket receiving `node`'s messages, once the node has seen
+    async def _receiving_stream(self, node: BenchNode) -> MessageStream:
+        """A /ws stream receiving `node`'s messages, once the node has seen
         the last round's one close (until then it answers 409)."""
         deadline = time.monotonic() + DRAIN_SECONDS
         while True:
+            stream = MessageStream(self.http, bridge_at(node.url, ""), DRAIN_SECONDS, receive=True,
+                                   window=WS_RECEIVE_WINDOW)
             try:
-                return await self.http.ws_connect(f"{node.url}/ws?recv=1&window=1024")
-            except aiohttp.WSServerHandshakeError as exc:
+                await stream.open()
+                return stream
+            except BridgeError as exc:
                 if exc.status != 409 or time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(f"{node.name}: /ws?recv=1: {exc}") from None
             await asyncio.sleep(0.05)
 
     async def _inbox_commits(self, node: BenchNode) -> tuple[float, float]:
@@ -436,14 +450,14 @@ class LoopBench:
             await ws.send_bytes(frame)
 
     @staticmethod
-    async def _ws_receive(ws: aiohttp.ClientWebSocketResponse, count: int, delivered: set[int]) -> None:
+    async def _ws_receive(stream: MessageStream, count: int, delivered: set[int], handled: list[int]) -> None:
+        """Take `count` messages; `handled` holds the last batch's ids, not yet marked done."""
         while len(delivered) < count:
-            message = await ws.receive()
-            if message.type != aiohttp.WSMsgType.BINARY:
+            batch = await stream.arrivals(handled)
+            if not batch:
                 return
-            message_id = int.from_bytes(message.data[:8], "big")
-            delivered.add(message_id)
-            await ws.send_str(json.dumps({"done": message_id}))
+            handled[:] = [message.id for message in batch]
+            delivered.update(handled)
 
     # -- unknown destination -----------------------------------------------
 
