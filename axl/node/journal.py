@@ -14,13 +14,14 @@ A commit costs SQLite about as much for one small message as for eight
 busy node does not commit small messages one by one: when they come less
 than GROUP_SECONDS apart, a commit of fewer than GROUP_MOST of them waits
 GROUP_SECONDS for those that come meanwhile (eight clients' /send to one
-receiver: 1.2 messages a commit became 5, and both nodes' CPU per message
-fell by a sixth or more). A sender that waits for each answer before it
-sends again would only wait longer: after GROUP_ALONE_TRIES held commits
-in a row that gathered nothing more, none is held for GROUP_RETRY_SECONDS.
-Deliveries alone, whose deletion no one waits for, always wait GROUP_SECONDS
-for company (a message delivered in that while, if the node is killed, is
-delivered again, with the same id, as in the turn before a commit).
+receiver: 1.2 messages a commit became 5, the receiver's CPU per message
+fell by an eighth and the sender's by a sixth). A sender that waits for
+each answer before it sends again would only wait longer: after
+GROUP_ALONE_TRIES held commits in a row that gathered nothing more, none
+is held for GROUP_RETRY_SECONDS. Deliveries alone, whose deletion no one
+waits for, always wait GROUP_SECONDS for company (a message delivered in
+that while, if the node is killed, is delivered again, with the same id,
+as in the turn before a commit).
 
 Only once its batch is committed is a message handed to the inbox's queue
 and its sender answered; if the commit fails (a full disk), the message is
