@@ -523,7 +523,11 @@ class BridgeConnection(asyncio.Protocol):
         if refusal is not None:
             self._answer(refusal)
             return
-        self.door.node.take(wait, until=closing).add_done_callback(self._taken)
+        taking = self.door.node.take(wait, until=closing)
+        if taking.done():  # a message was queued: answered in this turn, not the next
+            self._taken(taking)
+        else:
+            taking.add_done_callback(self._taken)
 
     def _taken(self, taking: asyncio.Future) -> None:
         if taking.cancelled():
