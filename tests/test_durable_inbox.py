@@ -24,6 +24,7 @@ import pytest
 
 from axl.chaos.crash import run_crash
 from axl.harness import free_port, spawn_node
+from axl.node.journal import GROUP_ARRIVING_SECONDS
 from axl.node.store import APART_BYTES, WAL_CAP_PAGES
 from nodes import STARTED, Cluster, NodeProcess, drain, up_peers, wait_until
 
@@ -368,6 +369,9 @@ def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path) -> tuple[
                 os.write(fill, bytes(4096))
     finally:
         os.close(fill)
+    # The node has received nothing for a while: a delivery's deletion is now
+    # committed in its own turn, not held back for the next arrival's commit.
+    time.sleep(GROUP_ARRIVING_SECONDS * 5)
     return receiver, filler
 
 

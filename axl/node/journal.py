@@ -19,9 +19,13 @@ fell by an eighth and the sender's by a sixth). A sender that waits for
 each answer before it sends again would only wait longer: after
 GROUP_ALONE_TRIES held commits in a row that gathered nothing more, none
 is held for GROUP_RETRY_SECONDS. Deliveries alone, whose deletion no one
-waits for, always wait GROUP_SECONDS for company (a message delivered in
-that while, if the node is killed, is delivered again, with the same id,
-as in the turn before a commit).
+waits for, wait GROUP_SECONDS for company while new messages come (one
+came within GROUP_ARRIVING_SECONDS; a message delivered in that while, if
+the node is killed, is delivered again, with the same id, as in the turn
+before a commit). On a node receiving nothing they are committed at the
+end of their turn, so that a failing disk is found before /recv hands out
+another message it could not delete; while messages come, /recv may hand
+out those of a millisecond more.
 
 Only once its batch is committed is a message handed to the inbox's queue
 and its sender answered; if the commit fails (a full disk), the message is
@@ -64,6 +68,8 @@ GROUP_MOST = 8
 GROUP_MOST_BYTES = 16 * 1024
 GROUP_ALONE_TRIES = 3
 GROUP_RETRY_SECONDS = 1.0
+# Deliveries alone wait for company (above) while a message came this recently.
+GROUP_ARRIVING_SECONDS = 0.01
 
 # Told whether a message was stored (True: answer its sender "queued").
 Settled = Callable[[bool], None]
@@ -245,17 +251,18 @@ class Journal:
 
     def _holds_back(self) -> bool:
         """Whether the commit due at the end of this turn waits GROUP_SECONDS
-        for more to commit with it: deliveries alone, or a few new messages
-        while they come close together; only while commits succeed on the
-        event loop (not "full", whose commits wait for the disk on a thread
-        and gather meanwhile)."""
+        for more to commit with it: a few new messages while they come close
+        together, or deliveries alone while new messages come (a commit is
+        due soon anyway); only while commits succeed on the event loop (not
+        "full", whose commits wait for the disk on a thread and gather meanwhile)."""
         if self.state is not JournalState.READY or self.store.commits_wait_for_disk:
             return False
-        if not self._staged:
-            return True
+        now = asyncio.get_running_loop().time()
         staged = self._staged
+        if not staged:
+            return now - self._last_arrival_at < GROUP_ARRIVING_SECONDS
         return (len(staged) < GROUP_MOST and sum(len(entry.message.payload) for entry in staged) < GROUP_MOST_BYTES
-                and self._may_hold(asyncio.get_running_loop().time()))
+                and self._may_hold(now))
 
     def _may_hold(self, now: float) -> bool:
         return self._arrival_gap < GROUP_SECONDS and now >= self._hold_again_at
