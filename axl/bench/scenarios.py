@@ -17,8 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -403,37 +405,14 @@ class LoopBench:
         program would take them: each batch of arrivals marked done in one
         frame when it asks for the next."""
         frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
-        inbound = await self._receiving_stream(dest)
+        inbound = await receiving_stream(self.http, dest)
         delivered: set[int] = set()
         handled: list[int] = []
-        try:
-            async with self.http.ws_connect(f"{source.url}/ws") as outbound:
-                receiving = asyncio.create_task(self._ws_receive(inbound, count, delivered, handled))
-                start = time.perf_counter()
-                writing = asyncio.create_task(self._ws_write(outbound, frame, count))
-                acked = await ws_acks(outbound, count)
-                elapsed = time.perf_counter() - start
-                await writing
-                await asyncio.wait({receiving}, timeout=DRAIN_SECONDS)
-                receiving.cancel()
-        finally:
-            await inbound.close(finished=False, handled=handled)
+        acked, elapsed = await timed_ws_round(
+            self.http, source.url, inbound, handled, self._ws_receive(inbound, count, delivered, handled),
+            lambda outbound: self._ws_write(outbound, frame, count), lambda outbound: ws_acks(outbound, count),
+            PHASE_DEADLINE, DRAIN_SECONDS)
         return acked, elapsed, acked - len(delivered)
-
-    async def _receiving_stream(self, node: BenchNode) -> MessageStream:
-        """A /ws stream receiving `node`'s messages, once the node has seen
-        the last round's one close (until then it answers 409)."""
-        deadline = time.monotonic() + DRAIN_SECONDS
-        while True:
-            stream = MessageStream(self.http, bridge_at(node.url, ""), DRAIN_SECONDS, receive=True,
-                                   window=WS_RECEIVE_WINDOW)
-            try:
-                await stream.open()
-                return stream
-            except BridgeError as exc:
-                if exc.status != 409 or time.monotonic() > deadline:
-                    raise RuntimeError(f"{node.name}: /ws?recv=1: {exc}") from None
-            await asyncio.sleep(0.05)
 
     async def _inbox_commits(self, node: BenchNode) -> tuple[float, float]:
         """How many inbox commits `node` has made, and their total time (s), from /metrics."""
@@ -581,6 +560,22 @@ class LoopBench:
             return body if resp.status == 200 else None
 
 
+async def receiving_stream(http: aiohttp.ClientSession, node: BenchNode) -> MessageStream:
+    """A /ws stream receiving `node`'s messages (axl.client's, as a user's
+    program takes them), once the node has seen the last one's close (until
+    then it answers 409)."""
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while True:
+        stream = MessageStream(http, bridge_at(node.url, ""), DRAIN_SECONDS, receive=True, window=WS_RECEIVE_WINDOW)
+        try:
+            await stream.open()
+            return stream
+        except BridgeError as exc:
+            if exc.status != 409 or time.monotonic() > deadline:
+                raise RuntimeError(f"{node.name}: /ws?recv=1: {exc}") from None
+        await asyncio.sleep(0.05)
+
+
 async def ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int,
                   room: asyncio.Semaphore | None = None) -> int:
     """How many of the next `count` /ws acks said 200; each releases `room`,
@@ -594,6 +589,31 @@ async def ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int,
         if room is not None:
             room.release()
     return ok
+
+
+async def timed_ws_round(http: aiohttp.ClientSession, sender_url: str, inbound: MessageStream,
+                         handled: list[int], receive: Coroutine[Any, Any, None],
+                         write: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[None]],
+                         acks: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[int]],
+                         ack_seconds: float, drain_seconds: float) -> tuple[int, float]:
+    """One /ws round: `write` sends through a /ws of the node at `sender_url`
+    while `receive` takes from `inbound` (closed at the end, `handled`
+    marked done); how many `acks` said 200 (within `ack_seconds`), and the
+    seconds from the first write to the last ack. The receiver is given
+    `drain_seconds` more to take the rest."""
+    receiving = asyncio.create_task(receive)
+    try:
+        async with http.ws_connect(f"{sender_url}/ws") as outbound:
+            start = time.perf_counter()
+            writing = asyncio.create_task(write(outbound))
+            acked = await asyncio.wait_for(acks(outbound), ack_seconds)
+            elapsed = time.perf_counter() - start
+            await writing
+            await asyncio.wait({receiving}, timeout=drain_seconds)
+    finally:
+        receiving.cancel()
+        await inbound.close(finished=False, handled=handled)
+    return acked, elapsed
 
 
 async def run_loop(loop: str, sizes: Sizes) -> dict[str, float]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,8 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, GoBenchNode, child_env, go_axl_binary
 from axl.bench.report import percentile
-from axl.bench.scenarios import MB, MIB, SEND_HEADER, ws_acks
+from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, timed_ws_round, ws_acks
+from axl.client.stream import MessageStream
 from axl.chaos.proxy import LinkProxy, PathShape
 
 RATE = 12.5 * MB
@@ -37,7 +37,6 @@ LEAD_MESSAGES = 3
 """Small messages sent before the bulk one, as an application would."""
 WS_CLIENT_IN_FLIGHT = 4096
 """How many /ws frames the bench's client keeps unacknowledged."""
-WS_RECV_WINDOW = 1024
 STEP_DEADLINE = 120.0
 GO_RECV_POLL = 0.01
 """Go AXL's /recv answers at once: the bench polls it this often."""
@@ -248,21 +247,18 @@ class PathBench:
     async def _ws(self, near: BenchNode, far: BenchNode, figures: Figures) -> None:
         """1 KiB frames near -> far over /ws, the client keeping up to
         WS_CLIENT_IN_FLIGHT unacknowledged; each carries its number, so the
-        receiver counts what is missing and what came out of order."""
+        receiver (axl.client's MessageStream, marking each batch of arrivals
+        done in one frame) counts what is missing and what came out of order."""
         count = self.work.ws_count
         destination = bytes.fromhex(far.peer_id)
-        async with self.http.ws_connect(f"{far.url}/ws?recv=1&window={WS_RECV_WINDOW}") as inbound, \
-                self.http.ws_connect(f"{near.url}/ws") as outbound:
-            order: list[int] = []
-            receiving = asyncio.create_task(_ws_receive(inbound, count, order))
-            room = asyncio.Semaphore(WS_CLIENT_IN_FLIGHT)
-            start = time.perf_counter()
-            writing = asyncio.create_task(_ws_write(outbound, destination, count, room))
-            acked = await asyncio.wait_for(ws_acks(outbound, count, room), STEP_DEADLINE)
-            elapsed = time.perf_counter() - start
-            await writing
-            await asyncio.wait({receiving}, timeout=STEP_DEADLINE)
-            receiving.cancel()
+        inbound = await receiving_stream(self.http, far)
+        order: list[int] = []
+        handled: list[int] = []
+        room = asyncio.Semaphore(WS_CLIENT_IN_FLIGHT)
+        acked, elapsed = await timed_ws_round(
+            self.http, near.url, inbound, handled, _ws_receive(inbound, count, order, handled),
+            lambda outbound: _ws_write(outbound, destination, count, room),
+            lambda outbound: ws_acks(outbound, count, room), STEP_DEADLINE, STEP_DEADLINE)
         figures.ws_per_s = acked / elapsed
         figures.lost = acked - len(set(order))
         figures.out_of_order = sum(1 for before, after in zip(order, order[1:]) if after <= before)
@@ -305,14 +301,15 @@ async def _ws_write(ws: aiohttp.ClientWebSocketResponse, destination: bytes, cou
         await ws.send_bytes(destination + number.to_bytes(8, "big") + filler)
 
 
-async def _ws_receive(ws: aiohttp.ClientWebSocketResponse, count: int, order: list[int]) -> None:
-    header = 8 + 32
+async def _ws_receive(stream: MessageStream, count: int, order: list[int], handled: list[int]) -> None:
+    """Take `count` messages, noting each one's number; `handled` holds the
+    last batch's ids, not yet marked done."""
     while len(order) < count:
-        message = await ws.receive()
-        if message.type != aiohttp.WSMsgType.BINARY:
+        batch = await stream.arrivals(handled)
+        if not batch:
             return
-        order.append(int.from_bytes(message.data[header:header + 8], "big"))
-        await ws.send_str(json.dumps({"done": int.from_bytes(message.data[:8], "big")}))
+        handled[:] = [message.id for message in batch]
+        order.extend(int.from_bytes(message.body[:8], "big") for message in batch)
 
 
 def render(profile: Profile, rows: list[Figures]) -> str:
