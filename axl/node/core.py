@@ -265,10 +265,13 @@ class NodeCore:
 
     # -- time -----------------------------------------------------------
 
-    def get_timer(self) -> float | None:
-        timers = [t for t in (self._next_tick, self.router.settle_at, self.stack.get_timer(),
-                              self.messages.get_timer()) if t is not None]
-        return min(timers)
+    def get_timer(self) -> float:
+        """The earliest of the layers' deadlines (the tick is always one)."""
+        when = self._next_tick
+        for deadline in (self.router.settle_at, self.stack.get_timer(), self.messages.get_timer()):
+            if deadline is not None and deadline < when:
+                when = deadline
+        return when
 
     def handle_timer(self, now: float) -> None:
         if now >= self._next_tick:

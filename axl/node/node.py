@@ -101,7 +101,7 @@ class Node:
         self._waiting: dict[int, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_when: float | None = None
+        self._timer_when = 0.0
         # Callers waiting for a remote node's answer, by (reply kind, key).
         self._asking: dict[tuple[ReplyKind, bytes], list[asyncio.Future[bytes]]] = {}
         self._started = False
@@ -161,16 +161,17 @@ class Node:
             future.set_exception(event.error)
 
     def _arm_timer(self) -> None:
-        """Keep one loop timer at the core's deadline; most calls leave the
-        deadline where it was, and then the timer is left alone."""
+        """Keep one loop timer at or before the core's deadline. A timer that
+        fires early finds nothing due and is set again, so only an earlier
+        deadline replaces it: deadlines move later with most segments (a
+        retransmission timer restarted), and replacing the timer each time
+        cost a timer handle in three drains of four."""
         when = self.core.get_timer()
-        if self._timer is not None:
-            if when == self._timer_when:
+        timer = self._timer
+        if timer is not None:
+            if self._timer_when <= when:
                 return
-            self._timer.cancel()
-            self._timer = None
-        if when is None:
-            return
+            timer.cancel()
         delay = max(0.0, when - time.monotonic())
         self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
         self._timer_when = when
