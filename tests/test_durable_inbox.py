@@ -9,6 +9,7 @@ start-up refuses, in one line, a file it cannot use, and changes nothing in it.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import pytest
 
 from axl.chaos.crash import run_crash
 from axl.harness import free_port, spawn_node
-from axl.node.journal import GROUP_ARRIVING_SECONDS
+from axl.node.journal import GROUP_ARRIVING_SECONDS, GROUP_MOST
 from axl.node.store import APART_BYTES, WAL_CAP_PAGES
 from nodes import STARTED, Cluster, NodeProcess, drain, up_peers, wait_until
 
@@ -348,10 +349,11 @@ def test_a_reader_holding_the_wal_past_its_cap_gets_senders_a_prompt_503_and_cos
         cluster.stop_all()
 
 
-def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path) -> tuple[NodeProcess, Path]:
+def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path, quiet: bool = True) -> tuple[NodeProcess, Path]:
     """A node whose inbox (on a 2 MiB tmpfs of its own) holds 16 messages,
     then a disk filled to the last block: it can commit nothing more. The
-    filler's path is returned so that the test can free the disk again."""
+    filler's path is returned so that the test can free the disk again.
+    `quiet`: the node has then received nothing for a while."""
     disk = tmp_path / "disk"
     disk.mkdir()
     receiver = cluster.add("r", extra={"inbox_path": str(disk / "inbox.sqlite3")})
@@ -365,13 +367,15 @@ def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path) -> tuple[
     fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
         with pytest.raises(OSError, match="No space left"):
-            while True:  # to the last block
-                os.write(fill, bytes(4096))
+            for block in (1 << 20, 4096):  # quickly, then to the last block
+                while os.write(fill, bytes(block)) == block:
+                    pass
     finally:
         os.close(fill)
-    # The node has received nothing for a while: a delivery's deletion is now
-    # committed in its own turn, not held back for the next arrival's commit.
-    time.sleep(GROUP_ARRIVING_SECONDS * 5)
+    if quiet:
+        # A delivery's deletion is now committed in its own turn, not held
+        # back for the commit of a message that may come.
+        time.sleep(GROUP_ARRIVING_SECONDS * 5)
     return receiver, filler
 
 
@@ -393,6 +397,30 @@ def test_a_full_disk_stops_recv_handing_out_what_it_cannot_delete(tmp_path: Path
         filler.unlink()
         wait_until(lambda: receiver.recv(0)[0] != 503, 20, what="/recv hands out messages again")
         assert receiver.log_path.read_text().count("inbox: cannot commit to") == 1
+    finally:
+        cluster.stop_all()
+
+
+@pytest.mark.skipif(bool(namespaces_unavailable()), reason=namespaces_unavailable() or "")
+def test_a_full_disk_soon_stops_a_keep_alive_recv_client_while_messages_come(tmp_path: Path) -> None:
+    """Just after a message came, deliveries' deletions wait (a little) for
+    company, and a client on one connection takes a message every few tens
+    of microseconds: a held commit gathers at most GROUP_MOST deletions, so
+    it hands out at most that many more before /recv refuses."""
+    cluster = Cluster(tmp_path)
+    try:
+        receiver, _filler = _receiver_with_16_on_a_full_disk(cluster, tmp_path, quiet=False)
+        connection = http.client.HTTPConnection("127.0.0.1", receiver.api_port, timeout=20)
+        handed_out, status = 0, 200
+        while status == 200 and handed_out < 16:
+            connection.request("GET", "/recv")
+            answer = connection.getresponse()
+            answer.read()
+            status = answer.status
+            handed_out += status == 200
+        connection.close()
+        assert status == 503, "/recv handed out every message on a full disk"
+        assert handed_out <= GROUP_MOST + 1, "/recv handed out messages whose deletions cannot commit"
     finally:
         cluster.stop_all()
 

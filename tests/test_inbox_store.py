@@ -169,6 +169,45 @@ async def test_deliveries_wait_for_company_only_while_messages_come(tmp_path: Pa
     inbox.close()
 
 
+@pytest.mark.parametrize("later", [[b"x%d" % n for n in range(journal.GROUP_MOST)], [bytes(journal.GROUP_MOST_BYTES)]],
+                         ids=["GROUP_MOST messages", "GROUP_MOST_BYTES"])
+async def test_a_held_commit_is_brought_forward_once_its_batch_is_full(tmp_path: Path, long_hold,
+                                                                        later: list[bytes]) -> None:
+    """What comes behind a held commit, enough that the batch is no longer
+    small, is committed at the end of its turn, not when the hold ends."""
+    inbox = Inbox(100, 1 << 22, open_store(tmp_path / "inbox.sqlite3"))
+    outcomes = Outcomes()
+    outcomes.offer(inbox, b"first")
+    await turns()
+    outcomes.offer(inbox, b"second")  # close behind the first: held back
+    await turns()
+    assert len(outcomes.settled) == 1
+    for payload in later:
+        outcomes.offer(inbox, payload)
+    await turns()
+    assert len(outcomes.settled) == 2 + len(later) and inbox.commit_seconds.count == 2
+    inbox.close()
+
+
+async def test_held_deliveries_are_committed_once_there_are_group_most(tmp_path: Path, long_hold) -> None:
+    """While messages come, deliveries wait for company, but never
+    GROUP_MOST of them: /recv hands out at most that many before a held
+    commit finds that the disk cannot take their deletions."""
+    inbox = Inbox(100, 1 << 20, open_store(tmp_path / "inbox.sqlite3"))
+    for number in range(journal.GROUP_MOST + 1):
+        Outcomes().offer(inbox, b"m%d" % number)
+    await inbox.flush()
+    commits = inbox.commit_seconds.count
+    for _ in range(journal.GROUP_MOST - 1):
+        inbox.delivered([inbox.get_nowait()])
+        await turns()
+    assert inbox.commit_seconds.count == commits  # held: messages came just now
+    inbox.delivered([inbox.get_nowait()])
+    await turns()
+    assert inbox.commit_seconds.count == commits + 1
+    inbox.close()
+
+
 async def test_full_sync_never_holds_a_commit_back(tmp_path: Path, long_hold) -> None:
     """With "full" each commit waits for the disk on a thread, and what comes
     meanwhile gathers for the next: nothing is held back on top of that."""

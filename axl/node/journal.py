@@ -24,8 +24,11 @@ came within GROUP_ARRIVING_SECONDS; a message delivered in that while, if
 the node is killed, is delivered again, with the same id, as in the turn
 before a commit). On a node receiving nothing they are committed at the
 end of their turn, so that a failing disk is found before /recv hands out
-another message it could not delete; while messages come, /recv may hand
-out those of a millisecond more.
+another message it could not delete. No held commit gathers GROUP_MOST
+deliveries or more: once it has them, or GROUP_MOST new messages, or
+GROUP_MOST_BYTES, it is committed at the end of the turn, so that while
+messages come /recv hands out at most GROUP_MOST more before a full disk
+is found.
 
 Only once its batch is committed is a message handed to the inbox's queue
 and its sender answered; if the commit fails (a full disk), the message is
@@ -239,11 +242,12 @@ class Journal:
 
     def _step_soon(self) -> None:
         """The next step, at the end of this loop turn; a step held back
-        (`_holds_back`) is brought forward by a new message that may not wait."""
+        (`_holds_back`) is brought forward once its batch is no longer
+        worth holding (a message that may not wait, or a full batch)."""
         if self.state is JournalState.CLOSED:
             return
         if self._next_step is not None:
-            if not (self._step_held and self._staged and not self._may_hold(asyncio.get_running_loop().time())):
+            if not self._step_held or self._worth_holding(asyncio.get_running_loop().time()):
                 return
             self._next_step.cancel()
         self._step_held = False
@@ -251,13 +255,21 @@ class Journal:
 
     def _holds_back(self) -> bool:
         """Whether the commit due at the end of this turn waits GROUP_SECONDS
-        for more to commit with it: a few new messages while they come close
-        together, or deliveries alone while new messages come (a commit is
-        due soon anyway); only while commits succeed on the event loop (not
-        "full", whose commits wait for the disk on a thread and gather meanwhile)."""
+        for more to commit with it; only while commits succeed on the event
+        loop (not "full", whose commits wait for the disk on a thread and
+        gather meanwhile)."""
         if self.state is not JournalState.READY or self.store.commits_wait_for_disk:
             return False
-        now = asyncio.get_running_loop().time()
+        return self._worth_holding(asyncio.get_running_loop().time())
+
+    def _worth_holding(self, now: float) -> bool:
+        """A batch of fewer than GROUP_MOST deliveries, and either a few new
+        messages (fewer than GROUP_MOST, under GROUP_MOST_BYTES) while they
+        come close together, or none while new messages come (a commit is
+        due soon anyway). The bound on deliveries bounds what /recv hands out
+        before a held commit finds that the disk cannot take their deletions."""
+        if len(self._deletes) >= GROUP_MOST:
+            return False
         staged = self._staged
         if not staged:
             return now - self._last_arrival_at < GROUP_ARRIVING_SECONDS
