@@ -26,7 +26,7 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, RssSampler, child_env, cpu_seconds, rss_bytes
 from axl.bench.report import percentile
-from axl.client.common import BridgeError, bridge_at
+from axl.client.common import BridgeError, Message, bridge_at
 from axl.client.stream import MessageStream
 
 MB = 1_000_000
@@ -431,12 +431,10 @@ class LoopBench:
     @staticmethod
     async def _ws_receive(stream: MessageStream, count: int, delivered: set[int], handled: list[int]) -> None:
         """Take `count` messages; `handled` holds the last batch's ids, not yet marked done."""
-        while len(delivered) < count:
-            batch = await stream.arrivals(handled)
-            if not batch:
-                return
-            handled[:] = [message.id for message in batch]
-            delivered.update(handled)
+        def took(batch: list[Message]) -> bool:
+            delivered.update(message.id for message in batch)
+            return len(delivered) < count
+        await take_batches(stream, handled, took)
 
     # -- unknown destination -----------------------------------------------
 
@@ -591,6 +589,23 @@ async def ws_acks(ws: aiohttp.ClientWebSocketResponse, count: int,
     return ok
 
 
+async def take_batches(stream: MessageStream, handled: list[int], took: Callable[[list[Message]], bool]) -> None:
+    """Take a /ws stream's arrivals a batch at a time, each given to `took`
+    until it says enough (False) or the stream ends. `handled` holds the ids
+    of the last batch, not yet marked done: the next `arrivals` marks them,
+    and it is emptied first, so that a round cancelled meanwhile does not
+    mark them done a second time when it closes the stream."""
+    while True:
+        marked = handled[:]
+        handled.clear()
+        batch = await stream.arrivals(marked)
+        if not batch:
+            return
+        handled.extend(message.id for message in batch if message.id is not None)
+        if not took(batch):
+            return
+
+
 async def timed_ws_round(http: aiohttp.ClientSession, sender_url: str, inbound: MessageStream,
                          handled: list[int], receive: Coroutine[Any, Any, None],
                          write: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[None]],
@@ -602,6 +617,7 @@ async def timed_ws_round(http: aiohttp.ClientSession, sender_url: str, inbound: 
     seconds from the first write to the last ack. The receiver is given
     `drain_seconds` more to take the rest."""
     receiving = asyncio.create_task(receive)
+    writing: asyncio.Task | None = None
     try:
         async with http.ws_connect(f"{sender_url}/ws") as outbound:
             start = time.perf_counter()
@@ -612,6 +628,8 @@ async def timed_ws_round(http: aiohttp.ClientSession, sender_url: str, inbound: 
             await asyncio.wait({receiving}, timeout=drain_seconds)
     finally:
         receiving.cancel()
+        if writing is not None:
+            writing.cancel()
         await inbound.close(finished=False, handled=handled)
     return acked, elapsed
 

@@ -24,7 +24,8 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, GoBenchNode, child_env, go_axl_binary
 from axl.bench.report import percentile
-from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, timed_ws_round, ws_acks
+from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, take_batches, timed_ws_round, ws_acks
+from axl.client.common import Message
 from axl.client.stream import MessageStream
 from axl.chaos.proxy import LinkProxy, PathShape
 
@@ -304,12 +305,10 @@ async def _ws_write(ws: aiohttp.ClientWebSocketResponse, destination: bytes, cou
 async def _ws_receive(stream: MessageStream, count: int, order: list[int], handled: list[int]) -> None:
     """Take `count` messages, noting each one's number; `handled` holds the
     last batch's ids, not yet marked done."""
-    while len(order) < count:
-        batch = await stream.arrivals(handled)
-        if not batch:
-            return
-        handled[:] = [message.id for message in batch]
+    def took(batch: list[Message]) -> bool:
         order.extend(int.from_bytes(message.body[:8], "big") for message in batch)
+        return len(order) < count
+    await take_batches(stream, handled, took)
 
 
 def render(profile: Profile, rows: list[Figures]) -> str:
