@@ -367,9 +367,10 @@ def _receiver_with_16_on_a_full_disk(cluster: Cluster, tmp_path: Path, quiet: bo
     fill = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
         with pytest.raises(OSError, match="No space left"):
-            for block in (1 << 20, 4096):  # quickly, then to the last block
-                while os.write(fill, bytes(block)) == block:
-                    pass
+            while os.write(fill, bytes(1 << 20)) == 1 << 20:  # quickly
+                pass
+            while True:  # then to the last block
+                os.write(fill, bytes(4096))
     finally:
         os.close(fill)
     if quiet:

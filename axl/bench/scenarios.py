@@ -17,10 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -407,9 +406,12 @@ class LoopBench:
         frame = bytes.fromhex(dest.peer_id) + bytes(self.sizes.small_size)
         inbound = await receiving_stream(self.http, dest)
         delivered: set[int] = set()
-        handled: list[int] = []
+
+        def took(batch: list[Message]) -> bool:
+            delivered.update(message.id for message in batch)
+            return len(delivered) < count
         acked, elapsed = await timed_ws_round(
-            self.http, source.url, inbound, handled, self._ws_receive(inbound, count, delivered, handled),
+            self.http, source.url, inbound, took,
             lambda outbound: self._ws_write(outbound, frame, count), lambda outbound: ws_acks(outbound, count),
             PHASE_DEADLINE, DRAIN_SECONDS)
         return acked, elapsed, acked - len(delivered)
@@ -427,14 +429,6 @@ class LoopBench:
     async def _ws_write(ws: aiohttp.ClientWebSocketResponse, frame: bytes, count: int) -> None:
         for _ in range(count):
             await ws.send_bytes(frame)
-
-    @staticmethod
-    async def _ws_receive(stream: MessageStream, count: int, delivered: set[int], handled: list[int]) -> None:
-        """Take `count` messages; `handled` holds the last batch's ids, not yet marked done."""
-        def took(batch: list[Message]) -> bool:
-            delivered.update(message.id for message in batch)
-            return len(delivered) < count
-        await take_batches(stream, handled, took)
 
     # -- unknown destination -----------------------------------------------
 
@@ -607,16 +601,17 @@ async def take_batches(stream: MessageStream, handled: list[int], took: Callable
 
 
 async def timed_ws_round(http: aiohttp.ClientSession, sender_url: str, inbound: MessageStream,
-                         handled: list[int], receive: Coroutine[Any, Any, None],
+                         took: Callable[[list[Message]], bool],
                          write: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[None]],
                          acks: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[int]],
                          ack_seconds: float, drain_seconds: float) -> tuple[int, float]:
     """One /ws round: `write` sends through a /ws of the node at `sender_url`
-    while `receive` takes from `inbound` (closed at the end, `handled`
-    marked done); how many `acks` said 200 (within `ack_seconds`), and the
-    seconds from the first write to the last ack. The receiver is given
-    `drain_seconds` more to take the rest."""
-    receiving = asyncio.create_task(receive)
+    while `inbound`'s arrivals go to `took` (take_batches; the stream is
+    closed at the end, its last batch marked done); how many `acks` said 200
+    (within `ack_seconds`), and the seconds from the first write to the last
+    ack. The receiver is given `drain_seconds` more to take the rest."""
+    handled: list[int] = []
+    receiving = asyncio.create_task(take_batches(inbound, handled, took))
     writing: asyncio.Task | None = None
     try:
         async with http.ws_connect(f"{sender_url}/ws") as outbound:

@@ -24,9 +24,8 @@ import aiohttp
 
 from axl.bench.procs import LOOPBACK, BenchNode, GoBenchNode, child_env, go_axl_binary
 from axl.bench.report import percentile
-from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, take_batches, timed_ws_round, ws_acks
+from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, timed_ws_round, ws_acks
 from axl.client.common import Message
-from axl.client.stream import MessageStream
 from axl.chaos.proxy import LinkProxy, PathShape
 
 RATE = 12.5 * MB
@@ -254,10 +253,13 @@ class PathBench:
         destination = bytes.fromhex(far.peer_id)
         inbound = await receiving_stream(self.http, far)
         order: list[int] = []
-        handled: list[int] = []
+
+        def took(batch: list[Message]) -> bool:
+            order.extend(int.from_bytes(message.body[:8], "big") for message in batch)
+            return len(order) < count
         room = asyncio.Semaphore(WS_CLIENT_IN_FLIGHT)
         acked, elapsed = await timed_ws_round(
-            self.http, near.url, inbound, handled, _ws_receive(inbound, count, order, handled),
+            self.http, near.url, inbound, took,
             lambda outbound: _ws_write(outbound, destination, count, room),
             lambda outbound: ws_acks(outbound, count, room), STEP_DEADLINE, STEP_DEADLINE)
         figures.ws_per_s = acked / elapsed
@@ -300,15 +302,6 @@ async def _ws_write(ws: aiohttp.ClientWebSocketResponse, destination: bytes, cou
     for number in range(count):
         await room.acquire()
         await ws.send_bytes(destination + number.to_bytes(8, "big") + filler)
-
-
-async def _ws_receive(stream: MessageStream, count: int, order: list[int], handled: list[int]) -> None:
-    """Take `count` messages, noting each one's number; `handled` holds the
-    last batch's ids, not yet marked done."""
-    def took(batch: list[Message]) -> bool:
-        order.extend(int.from_bytes(message.body[:8], "big") for message in batch)
-        return len(order) < count
-    await take_batches(stream, handled, took)
 
 
 def render(profile: Profile, rows: list[Figures]) -> str:

@@ -335,7 +335,7 @@ class StackNetwork:
 
     def _arm_node(self, node: StackNode) -> None:
         when = node.core.get_timer()
-        if when is not None and (node.timer_at is None or when < node.timer_at):
+        if node.timer_at is None or when < node.timer_at:
             node.timer_at = when
             self.at(when, lambda: self._node_timer(node, when))
 
