@@ -17,6 +17,10 @@ MAX_UVARINT_LEN = 10
 MAX_FRAME = 131070
 KEY_SIZE = 32
 SIG_SIZE = 64
+# What a parser accepts: received bytes, a view into a read buffer, or a
+# buffer being built. Said in full because a compiled build checks `bytes`
+# exactly, and a memoryview is not bytes.
+BytesLike = bytes | bytearray | memoryview
 
 
 class DecodeError(ValueError):

@@ -3,6 +3,7 @@ on the stream, and a connection fed arbitrary segments."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -55,7 +56,7 @@ def test_decode_packet_fails_only_with_decode_error(packet):
 @given(segments)
 def test_encode_then_decode_round_trips(segment):
     decoded = decode_packet(encode_packet(LOCAL, REMOTE, segment)).segment
-    assert decoded == TcpSegment(**{**vars(segment), "payload": bytes(segment.payload)})
+    assert decoded == dataclasses.replace(segment, payload=bytes(segment.payload))
 
 
 # --- message framing ------------------------------------------------------

@@ -16,7 +16,7 @@ def _drain(queue: FairQueue) -> list[bytes]:
 def test_empty_queue() -> None:
     queue = FairQueue()
     assert queue.pop() is None
-    assert len(queue) == 0 and queue.bytes == 0
+    assert len(queue) == 0 and queue.byte_count == 0
 
 
 def test_round_robin_between_flows() -> None:
@@ -26,9 +26,9 @@ def test_round_robin_between_flows() -> None:
     queue.push(b"B0", b"flow-b", 0.0)
     queue.push(b"B1", b"flow-b", 0.0)
     queue.push(b"C0", b"flow-c", 0.0)
-    assert len(queue) == 7 and queue.bytes == 14
+    assert len(queue) == 7 and queue.byte_count == 14
     assert _drain(queue) == [b"A0", b"B0", b"C0", b"A1", b"B1", b"A2", b"A3"]
-    assert len(queue) == 0 and queue.bytes == 0
+    assert len(queue) == 0 and queue.byte_count == 0
 
 
 def test_fifo_within_a_flow() -> None:
@@ -69,7 +69,7 @@ def test_byte_cap_bounds_memory() -> None:
     for i in range(50):
         queue.push(bytes(100), b"bulk", 0.0)
     queue.push(b"z" * 50, b"mouse", 0.0)
-    assert queue.bytes <= 1000
+    assert queue.byte_count <= 1000
     assert queue.dropped == 41
     assert b"z" * 50 in _drain(queue)
 
@@ -80,7 +80,7 @@ def test_drop_stubs_release_frames() -> None:
         queue.push(bytes(100), b"%d" % (i % 3), i * 0.001)
         if i % 2:
             queue.pop()
-    assert queue.bytes <= 10_000
-    assert queue.bytes == 100 * len(queue)
+    assert queue.byte_count <= 10_000
+    assert queue.byte_count == 100 * len(queue)
     queue.clear()
-    assert queue.pop() is None and queue.bytes == 0
+    assert queue.pop() is None and queue.byte_count == 0

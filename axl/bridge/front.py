@@ -37,6 +37,7 @@ import termios
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import parse_qsl
 
 from axl.bridge import api
@@ -209,7 +210,9 @@ class BridgeConnection(asyncio.Protocol):
             self.door.node.delivered(self.handoff.client_sent())
         state = self._state
         if state is _State.ENDING:
-            self.transport.close()
+            transport = self.transport
+            assert transport is not None  # set by connection_made
+            transport.close()
         elif state is _State.HANDED_OFF:
             assert self._inner is not None
             self._inner.data_received(data)
@@ -301,10 +304,12 @@ class BridgeConnection(asyncio.Protocol):
         reading, to see the client's end."""
         if self._state is _State.ENDING:
             return
+        transport = self.transport
+        assert transport is not None  # set by connection_made
         self._flush_shown()
         self._state = _State.ENDING
         self.ahead.release()
-        self.transport.write_eof()
+        transport.write_eof()
         self._resume_reading()
         self._set_deadline(self.door.read_timeout)
 
@@ -314,15 +319,17 @@ class BridgeConnection(asyncio.Protocol):
         self._ack_poll = None
         if self._state is _State.CLOSED:
             return
-        count = unacknowledged(self.transport)
+        transport = self.transport
+        assert transport is not None  # the client's FIN came on it
+        count = unacknowledged(transport)
         if count is None:
             api.not_received(self.door.node, self.handoff.broken(), "was reset")
-            self.transport.abort()
+            transport.abort()
             return
         received = self.handoff.unacknowledged(count)
         if received:
             self.door.node.delivered(received)
-            self.transport.close()
+            transport.close()
             return
         self._ack_poll = asyncio.get_running_loop().call_later(ACK_POLL_INTERVAL, self._count_unacknowledged)
 
@@ -362,8 +369,7 @@ class BridgeConnection(asyncio.Protocol):
             self._await_head()
             return False
         head = parse_head(ahead.peek(length)) if length <= MAX_HEAD else None
-        route = self._route_for(head)
-        if route is None:
+        if head is None or (route := self._route_for(head)) is None:
             self._hand_off()
             return False
         refusal = self._refusal(head)
@@ -401,13 +407,13 @@ class BridgeConnection(asyncio.Protocol):
 
     def _resume_reading(self) -> None:
         if self._reading_paused:
+            transport = self.transport
+            assert transport is not None  # it paused the reading
             self._reading_paused = False
-            self.transport.resume_reading()
+            transport.resume_reading()
 
-    def _route_for(self, head: RequestHead | None) -> Callable[[RequestHead], None] | None:
+    def _route_for(self, head: RequestHead) -> Callable[[RequestHead], None] | None:
         """The core route serving `head`, or None for the full application."""
-        if head is None:
-            return None
         if head.method == "POST" and head.path == "/send":
             return self._send if head.content_length <= self.door.node.max_message_size else None
         if head.method != "GET" or head.content_length:
@@ -623,9 +629,11 @@ class BridgeConnection(asyncio.Protocol):
             scope = "node"
         else:
             return
+        transport = self.transport
+        assert transport is not None  # what it holds was read from it
         self.door.held_back[scope] += 1
         self._reading_paused = True
-        self.transport.pause_reading()
+        transport.pause_reading()
 
     def _set_deadline(self, seconds: float) -> None:
         """Close (or answer 408) unless the state changes within `seconds`.
@@ -663,9 +671,20 @@ class BridgeConnection(asyncio.Protocol):
         elif self._state is _State.ENDING:
             api.not_received(self.door.node, self.handoff.broken(),
                              f"was not ended by its client within {self.door.read_timeout:g}s")
-            self.transport.abort()
+            transport = self.transport
+            assert transport is not None  # set by connection_made
+            transport.abort()
         else:
             self.finish()
+
+
+class TransportOwner(Protocol):
+    """All a HandedTransport asks of its BridgeConnection."""
+
+    @property
+    def ending(self) -> bool: ...
+
+    def finish(self) -> None: ...
 
 
 class HandedTransport:
@@ -681,7 +700,7 @@ class HandedTransport:
     nothing is reordered, and the count of bytes written but not yet
     acknowledged (the /recv handoff) sees them."""
 
-    def __init__(self, transport: asyncio.Transport, connection: BridgeConnection) -> None:
+    def __init__(self, transport: asyncio.Transport, connection: TransportOwner) -> None:
         self._transport = transport
         self._connection = connection
         self._gathered: list[bytes] = []
@@ -766,8 +785,11 @@ def _query_value(query: str, name: str, default: str) -> str:
     if not query:
         return default
     if "%" not in query and "+" not in query:
-        pairs = (pair.partition("=") for pair in query.split("&") if pair)
-        return next((value for key, _, value in pairs if key == name), default)
+        for pair in query.split("&"):
+            key, _, value = pair.partition("=")
+            if key == name:
+                return value
+        return default
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key == name:
             return value

@@ -106,7 +106,8 @@ def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:
     if start < 0:
         return b""
     start += len(line_start)
-    return block[start:block.find(b"\r\n", start)].strip(b" \t")
+    end = block.find(b"\r\n", start)
+    return block[start:end].strip(b" \t")
 
 
 @dataclass(slots=True)

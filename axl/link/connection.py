@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from axl.identity import NodeIdentity, peer_id
 from axl.link.counters import LinkCounters, smoothed_rtt
@@ -33,7 +33,6 @@ from axl.link.uri import PeerURI
 from axl.wire import DecodeError
 
 if TYPE_CHECKING:
-    from axl.link.manager import LinkHandler
     from axl.link.meta import LinkMeta
 
 _link_ids = itertools.count(1)
@@ -48,6 +47,19 @@ ran slower (docs/performance-log.md, "Bulk: where a one-hop transfer goes")."""
 CERTIFIED_SCHEMES = frozenset({"tls", "sockstls"})
 """Dialed schemes whose server is a node listener with a certificate made from its key
 (wss reaches a web server or reverse proxy, whose certificate is its own)."""
+
+
+class LinkHandler(Protocol):
+    """What the node implements to hear about links and their frames.
+
+    Defined here, beside the settings that hold one, and not under
+    TYPE_CHECKING: a compiled dataclass resolves its field types at import."""
+
+    def link_up(self, link: Link) -> None: ...
+
+    def frame_received(self, link: Link, ftype: int, body: bytes) -> None: ...
+
+    def link_down(self, link: Link, reason: str) -> None: ...
 
 
 @dataclass
@@ -93,7 +105,7 @@ class Link:
 
     @property
     def queued_bytes(self) -> int:
-        return self._connection.queue.bytes
+        return self._connection.queue.byte_count
 
     @property
     def dropped_frames(self) -> int:
@@ -170,7 +182,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; both fit.
         self._transport = transport  # type: ignore[assignment]
-        self.remote_addr = transport.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
+        # A UNIX socket's peer is a path (most often ""), not (host, port).
+        self.remote_addr = peer if isinstance(peer, tuple) else None
         self.socket = transport.get_extra_info("socket")
         enable_tcp_keepalive(self.socket)
         if self.inbound:
@@ -185,7 +199,7 @@ class Connection(asyncio.BufferedProtocol):
                                         keepalive_delay=settings.keepalive_delay,
                                         peer_timeout=settings.peer_timeout)
         self._flush()
-        self._arm_timer()
+        self._arm_timer(self._protocol)
 
     # --- receiving -----------------------------------------------------------
 
@@ -201,38 +215,41 @@ class Connection(asyncio.BufferedProtocol):
         self.data_received(_shared_read_buffer()[:nbytes])
 
     def data_received(self, data: bytes | memoryview) -> None:
-        if self.closed or self._protocol is None:
+        protocol = self._protocol
+        if self.closed or protocol is None:
             return
-        self._protocol.receive_data(data, self._loop.time())
-        self._handle_events()
+        protocol.receive_data(data, self._loop.time())
+        self._handle_events(protocol)
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._protocol is None:
+        protocol = self._protocol
+        if protocol is None:
             self._close_transport()
             return
-        self._protocol.connection_lost(None if exc is None else str(exc))
-        self._handle_events()
+        protocol.connection_lost(None if exc is None else str(exc))
+        self._handle_events(protocol)
 
-    def _handle_events(self) -> None:
-        protocol = self._protocol
+    def _handle_events(self, protocol: LinkConnection) -> None:
         while not self.closed and (event := protocol.next_event()) is not None:
             self._handle(event)
         if not self.closed:
-            self._arm_timer()
+            self._arm_timer(protocol)
             if protocol.pending_output:
                 self._schedule_flush()
 
     def _handle(self, event: LinkEvent) -> None:
         if isinstance(event, FrameReceived):
+            link = self.link
+            assert link is not None  # frames come only after HandshakeDone set it
             try:
-                self.settings.handler.frame_received(self.link, event.ftype, event.body)
+                self.settings.handler.frame_received(link, event.ftype, event.body)
             except DecodeError as exc:
                 self.shutdown(f"malformed frame: {exc}")
             except Exception:
-                self.log.exception("frame handler failed on link %s", self.link.peer_id)
+                self.log.exception("frame handler failed on link %s", link.peer_id)
                 self.shutdown("internal error in frame handler")
         elif isinstance(event, HandshakeDone):
             self._establish(event.meta, event.priority)
@@ -280,13 +297,14 @@ class Connection(asyncio.BufferedProtocol):
         """Write the waiting frames, then move the liveness timer (once per
         write, not once per frame: sending a frame can start a deadline)."""
         self._flush_scheduled = False
-        if self._protocol is None:
+        protocol = self._protocol
+        if protocol is None:
             return
-        data = self._protocol.data_to_send()
+        data = protocol.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
         if not self.closed:
-            self._arm_timer()
+            self._arm_timer(protocol)
 
     def send_traffic(self, frame: bytes, flow: bytes) -> None:
         if self.closed:
@@ -301,18 +319,20 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        while not self._paused and not self.closed:
-            frame = self.queue.pop()
-            if frame is None:
-                return
+        while self._writable() and (frame := self.queue.pop()) is not None:
             self.write_frame(frame)
+
+    def _writable(self) -> bool:
+        """Asked again after each write: a write may pause the transport or close the link.
+        (A method, so that no compiler takes `_paused` as the False set above.)"""
+        return not self._paused and not self.closed
 
     # --- the protocol's timer -----------------------------------------------
 
-    def _arm_timer(self) -> None:
+    def _arm_timer(self, protocol: LinkConnection) -> None:
         """Keep one timer at or before the protocol's next deadline; firing
         early is harmless, so later deadlines never reschedule it."""
-        due = self._protocol.get_timer()
+        due = protocol.get_timer()
         if due is None or (self._timer is not None and self._timer_at <= due):
             return
         if self._timer is not None:
@@ -324,8 +344,10 @@ class Connection(asyncio.BufferedProtocol):
         self._timer = None
         if self.closed:
             return
-        self._protocol.handle_timer(self._loop.time())
-        self._handle_events()
+        protocol = self._protocol
+        assert protocol is not None  # armed only once connection_made set it
+        protocol.handle_timer(self._loop.time())
+        self._handle_events(protocol)
 
     # --- closing -------------------------------------------------------------
 

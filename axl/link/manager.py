@@ -13,14 +13,14 @@ import random
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from axl.budgets import LINK_QUEUE_BYTES
 from axl.errors import PeerAlreadyConfigured, PeerNotConfigured
 from axl.identity import NodeIdentity
-from axl.link.connection import Connection, Link, LinkSettings
+from axl.link.connection import Connection, Link, LinkHandler, LinkSettings
 from axl.link.liveness import KEEPALIVE_DELAY, PEER_TIMEOUT
 from axl.link.protocol import HANDSHAKE_TIMEOUT
 from axl.link.transports import Listener, dial, listen
@@ -47,16 +47,6 @@ class ListenFailed(OSError):
     def __init__(self, uri: PeerURI, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
         self.uri = uri
-
-
-class LinkHandler(Protocol):
-    """What the node implements to hear about links and their frames."""
-
-    def link_up(self, link: Link) -> None: ...
-
-    def frame_received(self, link: Link, ftype: int, body: bytes) -> None: ...
-
-    def link_down(self, link: Link, reason: str) -> None: ...
 
 
 @dataclass
@@ -205,7 +195,7 @@ class LinkManager:
 
     # --- listening -----------------------------------------------------------
 
-    async def start(self, listen_uris: list[str | PeerURI]) -> None:
+    async def start(self, listen_uris: Sequence[str | PeerURI]) -> None:
         """Bind every listener; a bind failure raises ListenFailed to the caller."""
         for uri in (_as_uri(text, parse_listen_uri) for text in listen_uris):
             try:

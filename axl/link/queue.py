@@ -46,7 +46,7 @@ class FairQueue:
         return self._count
 
     @property
-    def bytes(self) -> int:
+    def byte_count(self) -> int:
         return self._bytes
 
     def push(self, frame: bytes, flow_key: bytes, now: float) -> None:

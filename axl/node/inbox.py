@@ -295,8 +295,9 @@ class Inbox:
         try:
             return await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                self.give_back([waiter.result()])
+            message = waiter.result() if waiter.done() and not waiter.cancelled() else None
+            if message is not None:
+                self.give_back([message])
             raise
 
     async def flush(self) -> None:

@@ -27,6 +27,9 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+# Bound here so that a compiled dataclass finds it: mypyc looks a field's
+# type up among the module's names, and `memoryview` is only a builtin.
+from builtins import memoryview  # noqa: A004
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -114,6 +117,10 @@ class _InboundConnection(_Stream):
     closing: bool = False
 
 
+# What the layer keeps per connection (never a bare _Stream).
+_Connection = _Outbound | _InboundConnection
+
+
 class MessageLayer:
     """Every message connection of one node: sends, requests and inbound ones."""
 
@@ -122,11 +129,11 @@ class MessageLayer:
         self.stack = stack
         self.settings = settings
         self._handles = itertools.count(1)
-        self._streams: dict[TcpConnection, _Outbound | _InboundConnection] = {}
+        self._streams: dict[TcpConnection, _Connection] = {}
         self._answers: dict[int, _InboundConnection] = {}
-        self._writers: dict[_Stream, None] = {}
+        self._writers: dict[_Connection, None] = {}
         self._events: deque[MessageEvent] = deque()
-        self._timers: Deadlines[_Stream] = Deadlines()
+        self._timers: Deadlines[_Connection] = Deadlines()
         # overlay address -> the full key its packets were last proven to come from
         self._senders: OrderedDict[bytes, bytes] = OrderedDict()
         self.listener = ListenerCounts()
@@ -258,7 +265,8 @@ class MessageLayer:
         along too."""
         conn = self.stack.connect(address_for_key(dest_key), self.settings.port, now=now)
         conn.send(message_header(len(payload)))
-        rest = memoryview(payload)[conn.send(payload):]
+        sent = conn.send(payload)
+        rest = memoryview(payload)[sent:]
         want_reply = reply_timeout is not None
         stream = _Outbound(conn, dest_key, rest=rest, handle=handle or next(self._handles),
                            want_reply=want_reply, reply_timeout=reply_timeout or 0.0,
@@ -282,8 +290,9 @@ class MessageLayer:
                 self._set_deadline(stream, stream.final_deadline)
             case tcp_events.DataReceived(data=data):
                 stream.conn.consumed(len(data))
-                if stream.decoder is not None:
-                    self._reply_data(stream, data)
+                decoder = stream.decoder
+                if decoder is not None:
+                    self._reply_data(stream, decoder, data)
             case tcp_events.PeerFinished() | tcp_events.Closed():
                 self._peer_finished(stream)
             case tcp_events.Reset(reason=reason):
@@ -291,9 +300,9 @@ class MessageLayer:
             case tcp_events.TimedOut():
                 self._outbound_ended(stream, "timed out")
 
-    def _reply_data(self, stream: _Outbound, data: bytes) -> None:
+    def _reply_data(self, stream: _Outbound, decoder: MessageDecoder, data: bytes | memoryview) -> None:
         try:
-            replies = stream.decoder.feed(data)
+            replies = decoder.feed(data)
         except FrameTooLarge as exc:
             self._fail(stream, DeliveryError(f"request to {stream.peer_key.hex()} failed: {exc}"))
             stream.conn.close()
@@ -382,7 +391,7 @@ class MessageLayer:
                 stream.deadline = None
                 self._advance(stream, now)
 
-    def _inbound_data(self, stream: _InboundConnection, data: bytes, now: float) -> None:
+    def _inbound_data(self, stream: _InboundConnection, data: bytes | memoryview, now: float) -> None:
         decoder = stream.decoder
         try:
             messages = decoder.feed(data)
@@ -448,7 +457,7 @@ class MessageLayer:
 
     # -- shared ---------------------------------------------------------
 
-    def _write(self, stream: _Stream, now: float) -> None:
+    def _write(self, stream: _Connection, now: float) -> None:
         """Move what the send buffer takes; a finished send half-closes."""
         conn = stream.conn
         rest = stream.rest
@@ -467,10 +476,10 @@ class MessageLayer:
         else:
             self._advance(stream, now)
 
-    def _set_deadline(self, stream: _Stream, when: float | None) -> None:
+    def _set_deadline(self, stream: _Connection, when: float | None) -> None:
         self._timers.set(stream, when)
 
-    def _forget(self, stream: _Stream) -> None:
+    def _forget(self, stream: _Connection) -> None:
         stream.deadline = None
         self._streams.pop(stream.conn, None)
         self._writers.pop(stream, None)

@@ -385,7 +385,7 @@ class StreamSender:
         nothing yet: when it ends so, the receiver knows only version 1."""
         return self.version >= 2 and not self.told and not self._buffer
 
-    def receive(self, data: bytes) -> list[Ack]:
+    def receive(self, data: bytes | memoryview) -> list[Ack]:
         """Bytes from the receiver -> the acks they complete (each with the
         message's `seq`). A version 2 receiver's window comes first."""
         buffer = self._buffer
@@ -571,7 +571,7 @@ class _Body:
 
     seq: int
     missing: int
-    parts: list[bytes]
+    parts: list[bytes | memoryview]
 
 
 class StreamReceiver:
@@ -592,14 +592,16 @@ class StreamReceiver:
         """True while part of a frame is buffered (the read deadline applies)."""
         return bool(self._buffer) or self._skip > 0 or self._body is not None
 
-    def feed(self, data: bytes) -> list[Hello | Message | Answered]:
+    def feed(self, data: bytes | memoryview) -> list[Hello | Message | Answered]:
         """Append stream bytes; return the events they complete, in order.
         A Hello is returned alone (see below)."""
         events: list[Hello | Message | Answered] = []
-        if self._body is not None:
-            data = self._take_body(data, events)
-            if self._body is not None:
+        body = self._body
+        if body is not None:
+            rest = self._take_body(body, data, events)
+            if rest is None:
                 return events
+            data = rest
         buffer = self._buffer
         buffer += data
         offset = self._skip_body(0)
@@ -635,25 +637,22 @@ class StreamReceiver:
         del buffer[:offset]
         return events
 
-    def _take_body(self, data: bytes, events: list[Hello | Message | Answered]) -> bytes:
-        """Add `data` to the message being received; returns what follows it.
+    def _take_body(self, body: _Body, data: bytes | memoryview,
+                   events: list[Hello | Message | Answered]) -> bytes | memoryview | None:
+        """Add `data` to `body`, the message being received; returns what
+        follows it, or None while the message is still incomplete.
 
         A large payload's pieces are kept as they arrive and joined once:
         appending 64 KiB segments to the buffer and copying the payload out
         of it cost two copies and a growing buffer's reallocations."""
-        body = self._body
-        assert body is not None
-        if len(data) <= body.missing:
+        if len(data) < body.missing:
             body.parts.append(data)
             body.missing -= len(data)
-            rest = b""
-        else:
-            body.parts.append(data[:body.missing])
-            rest = data[body.missing:]
-            body.missing = 0
-        if not body.missing:
-            self._body = None
-            self._complete(body.seq, b"".join(body.parts), events)
+            return None
+        body.parts.append(data[:body.missing])
+        rest = data[body.missing:]
+        self._body = None
+        self._complete(body.seq, b"".join(body.parts), events)
         return rest
 
     def _complete(self, seq: int, payload: bytes, events: list[Hello | Message | Answered]) -> None:

@@ -35,7 +35,7 @@ from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import ListenerCounts, NodeStats
 from axl.node.store import InboxStore
 from axl.node.messages import (
-    Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
+    Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
 )
 from axl.routing import PathReport, SendFrame, TreeEntry
 from axl.sessions import SessionReport
@@ -146,7 +146,7 @@ class Node:
         while (reply := core.next_reply()) is not None:
             self._replied(reply)
 
-    def _settle(self, event: object) -> None:
+    def _settle(self, event: MessageEvent) -> None:
         if isinstance(event, InboundMessage):
             self._inbound(event)
             return

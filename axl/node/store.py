@@ -420,9 +420,7 @@ class InboxStore:
         for name, content in files:
             file = os.open(self.payloads / name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
             try:
-                with memoryview(content) as left:
-                    while left:
-                        left = left[os.write(file, left):]
+                _write_all(file, content)
                 if self._full:
                     os.fsync(file)
             finally:
@@ -725,13 +723,14 @@ def _read(db: sqlite3.Connection, path: Path) -> Found:
             last_id = max(last_id, record.id)
             if bits >> position & 1:
                 continue
-            payload: bytes | None = record.payload
-            if record.where == APART:
-                payload = _read_payload(folder / str(record.id), record.size)
-                if payload is None:
-                    lost.append(record.id)
-                    continue
-                apart.add(record.id)
+            if record.where != APART:
+                messages.append((record.id, record.sender, record.payload))
+                continue
+            payload = _read_payload(folder / str(record.id), record.size)
+            if payload is None:
+                lost.append(record.id)
+                continue
+            apart.add(record.id)
             messages.append((record.id, record.sender, payload))
     if lost:
         _drop(db, path, found_rows, lost)
@@ -763,6 +762,15 @@ def _write_deliveries(db: sqlite3.Connection, plan: DeliveryPlan) -> None:
     if plan.bitmaps:
         db.executemany("INSERT OR REPLACE INTO delivered (first, bits) VALUES (?, ?)",
                        [(first, encode_bits(bits)) for first, bits in plan.bitmaps.items()])
+
+
+def _write_all(file: int, content: bytes) -> None:
+    """os.write until all of `content` is written (a write may take part of it)."""
+    written = os.write(file, content)
+    if written < len(content):
+        with memoryview(content) as view:
+            while written < len(view):
+                written += os.write(file, view[written:])
 
 
 def _read_payload(file: Path, size: int, what: str = "message") -> bytes | None:

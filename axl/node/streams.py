@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import logging
 import random
+# Bound here so that a compiled dataclass finds it: mypyc looks a field's
+# type up among the module's names, and `memoryview` is only a builtin.
+from builtins import memoryview  # noqa: A004
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -166,7 +169,7 @@ class _InboundStream:
     in_flight: dict[int, int] = field(default_factory=dict)  # handle -> seq, with the application
     successor: _InboundStream | None = None
     paused: bool = False
-    stash: list[bytes] = field(default_factory=list)
+    stash: list[bytes | memoryview] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
     unconsumed: int = 0
     finished: bool = False
@@ -229,10 +232,11 @@ class MessageStreams:
             version = 1 if self._version_1.holds(dest, now) else VERSION
             sender = StreamSender(self._rng.getrandbits(64), self.settings.stream_window, version)
             link = self._links[dest] = _Link(dest, sender)
-        if link.conn is None:
-            self._connect(link, now)
+        conn = link.conn
+        if conn is None:
+            conn = self._connect(link, now)
         seq = link.sender.submit(payload)
-        link.sender.size_to_path(0, now, link.conn.path.min_rtt)
+        link.sender.size_to_path(0, now, conn.path.min_rtt)
         link.handles[seq] = handle
         self._expire_later(link, seq, now)
         if link.sender.open_seq is not None and link.hold_deadline is None:
@@ -285,6 +289,7 @@ class MessageStreams:
         link = self._bodies.pop(handle, None)
         if link is not None:
             seq = link.sender.open_seq
+            assert seq is not None  # a link in _bodies has its message open
             link.sender.close()
             link.hold_deadline = None
             self._expire_later(link, seq, now)
@@ -298,7 +303,9 @@ class MessageStreams:
         self._gathering.pop(handle, None)
         link = self._bodies.pop(handle, None)
         if link is not None:
-            link.handles.pop(link.sender.open_seq, None)
+            seq = link.sender.open_seq
+            assert seq is not None  # a link in _bodies has its message open
+            link.handles.pop(seq, None)
             self._take_off_wire(link, now)
 
     def _hold_expired(self, link: _Link, now: float) -> None:
@@ -306,7 +313,9 @@ class MessageStreams:
         client): take it off the stream, to be gathered and sent whole, so
         they go now. (Their order against it was never promised: its /send
         is not answered yet.)"""
-        handle = link.handles.pop(link.sender.open_seq)
+        seq = link.sender.open_seq
+        assert seq is not None  # the hold deadline is set only while a message is open
+        handle = link.handles.pop(seq)
         self._bodies.pop(handle)
         log.info("a /send body to %s is arriving slowly: it goes once whole, after the "
                  "messages waiting behind it", link.dest.hex()[:16])
@@ -333,32 +342,35 @@ class MessageStreams:
         else:
             self._forget_link(link)
 
-    def _connect(self, link: _Link, now: float) -> None:
-        link.conn = self.stack.connect(address_for_key(link.dest), self.settings.stream_port, now=now)
+    def _connect(self, link: _Link, now: float) -> TcpConnection:
+        link.conn = conn = self.stack.connect(address_for_key(link.dest), self.settings.stream_port, now=now)
         link.connected = False
         link.rest = memoryview(b"")
         link.connect_deadline = now + self.settings.lookup_timeout
         link.idle_deadline = None
-        self._by_conn[link.conn] = link
+        self._by_conn[conn] = link
         self._schedule(link)
+        return conn
 
     def _link_event(self, link: _Link, event: tcp_events.TcpEvent, now: float) -> None:
+        conn = link.conn
+        assert conn is not None  # events come only from the connection in _by_conn
         match event:
             case tcp_events.Connected():
                 self._connected(link, now)
             case tcp_events.DataReceived(data=data):
-                link.conn.consumed(len(data))
+                conn.consumed(len(data))
                 try:
                     acks = link.sender.receive(data)
                 except StreamError as exc:
                     log.warning("message stream to %s: %s", link.dest.hex()[:16], exc)
-                    link.conn.abort()
+                    conn.abort()
                     self._end_link(link, DeliveryError(f"message stream to {link.dest.hex()} broke: "
                                                        f"{exc}{MAY_HAVE_ARRIVED}"))
                     return
-                self._acknowledged(link, acks, now)
+                self._acknowledged(link, conn, acks, now)
             case tcp_events.PeerFinished() | tcp_events.Closed():
-                link.conn.close()
+                conn.close()
                 self._broken(link, "closed", now)
             case tcp_events.Reset(reason=reason):
                 self._broken(link, f"reset: {reason}", now)
@@ -375,9 +387,9 @@ class MessageStreams:
             link.idle_deadline = now + SENDER_IDLE
         self._schedule(link)
 
-    def _acknowledged(self, link: _Link, acks: list[Ack], now: float) -> None:
+    def _acknowledged(self, link: _Link, conn: TcpConnection, acks: list[Ack], now: float) -> None:
         if acks:
-            link.sender.size_to_path(len(acks), now, link.conn.path.min_rtt)
+            link.sender.size_to_path(len(acks), now, conn.path.min_rtt)
         too_large_open = False
         for ack in acks:
             link.reopens = 0
@@ -385,7 +397,8 @@ class MessageStreams:
             if ack.seq == link.sender.open_seq:
                 # refused on its announced length while its body still arrives
                 too_large_open = True
-                self._bodies.pop(handle, None)
+                if handle is not None:  # None for a repeated refusal in the same read
+                    self._bodies.pop(handle, None)
             if handle is None:
                 continue  # its sender was told it timed out
             if ack.status == STATUS_QUEUED:
@@ -405,7 +418,9 @@ class MessageStreams:
 
     def _broken(self, link: _Link, how: str, now: float) -> None:
         """The connection ended: fall back, reopen, or give up."""
-        self._by_conn.pop(link.conn, None)
+        conn = link.conn
+        assert conn is not None  # called from _link_event, for the link's live connection
+        self._by_conn.pop(conn, None)
         link.conn = None
         was_connected, link.connected = link.connected, False
         dest = link.dest.hex()
@@ -528,7 +543,7 @@ class MessageStreams:
                     self.listener.read_errors += 1
                 self._inbound_ended(stream)
 
-    def _feed(self, stream: _InboundStream, data: bytes, now: float) -> None:
+    def _feed(self, stream: _InboundStream, data: bytes | memoryview, now: float) -> None:
         receiver = stream.receiver
         try:
             events = receiver.feed(data)
@@ -540,7 +555,8 @@ class MessageStreams:
         except StreamError as exc:
             self._protocol_error(stream, exc, now)
             return
-        stream.queue.extend(events)
+        # A Hello comes alone and first, and was taken above: the rest are messages and answers.
+        stream.queue.extend(events)  # type: ignore[arg-type]
         if receiver.partial:
             if stream.partial_since is None:
                 stream.partial_since = now
@@ -604,11 +620,13 @@ class MessageStreams:
             if len(stream.in_flight) >= STREAM_WINDOW:
                 self._refuse_over_window(stream, event.seq)
                 continue
+            session = stream.session
+            assert session is not None  # set by the Hello, which comes before any message
             handle = next(self._handles)
             stream.in_flight[handle] = event.seq
             self._answers[handle] = stream
             self._events.append(InboundMessage(handle, receiver.peer, event.payload,
-                                               (stream.session[1], event.seq)))
+                                               (session[1], event.seq)))
         if stream.in_flight:
             self._set_deadline(stream, None)
             return
@@ -713,6 +731,7 @@ class MessageStreams:
 
     def _write_link(self, link: _Link) -> None:
         conn = link.conn
+        assert conn is not None  # called only on a connected link
         while True:
             if not link.rest:
                 output = link.sender.take_output()

@@ -152,7 +152,7 @@ class IPv6Device:
             for name in [k for k, p in table.items() if p.expires <= now]:
                 del table[name]
 
-    def _is_ours(self, addr: bytes) -> bool:
+    def _is_ours(self, addr: bytes | memoryview) -> bool:
         return addr == self.address or addr[:_SUBNET_SIZE] == self.subnet
 
     def _live(self, table: dict[bytes, _KeyInfo], name: bytes, now: float) -> _KeyInfo | None:

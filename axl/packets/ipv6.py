@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from axl.wire import DecodeError
+from axl.wire import BytesLike, DecodeError
 
 HEADER_SIZE = 40
 ADDRESS_SIZE = 16
@@ -42,7 +42,7 @@ class IPv6Header:
         )
 
 
-def parse_header(packet: bytes) -> IPv6Header:
+def parse_header(packet: BytesLike) -> IPv6Header:
     """Decode the fixed header; DecodeError if it is short or not version 6.
 
     The payload length is returned as written; callers decide whether it must
@@ -75,7 +75,7 @@ def pseudo_header(src: bytes, dst: bytes, length: int, next_header: int) -> byte
     return src + dst + struct.pack("!I3xB", length, next_header)
 
 
-def internet_checksum(*parts: bytes) -> int:
+def internet_checksum(*parts: BytesLike) -> int:
     """RFC 1071 ones'-complement checksum of the parts one after another (an
     odd-length last part is zero-padded; every other part must be even).
 
@@ -94,7 +94,7 @@ def internet_checksum(*parts: bytes) -> int:
     return ~folded & 0xFFFF
 
 
-def _congruent_word_sum(data: bytes) -> int:
+def _congruent_word_sum(data: BytesLike) -> int:
     """A number congruent, modulo 0xFFFF, to the sum of the 16-bit words of
     `data`, and zero only if every word is zero.
 
@@ -130,7 +130,7 @@ PTB_HOP_LIMIT = 255
 PTB_MAX_QUOTE = 512
 
 
-def packet_too_big(offending: bytes, mtu: int) -> bytes:
+def packet_too_big(offending: BytesLike, mtu: int) -> bytes:
     """ICMPv6 Packet Too Big (RFC 4443 3.2) answering `offending`, laid out as
     Yggdrasil's ipv6rwc builds it: addresses swapped, hop limit 255, and at
     most 512 bytes of the offending packet quoted."""

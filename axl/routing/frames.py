@@ -7,6 +7,7 @@ list of uvarint ports ended by a 0; ports are never 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from axl.identity import verify
@@ -37,12 +38,12 @@ def encode_path(path: list[int]) -> bytes:
         return bytes(path) + b"\x00"
     if any(port <= 0 for port in path):
         raise ValueError("a path port must be at least 1")
-    return b"".join(encode_uvarint(port) for port in path) + b"\x00"
+    return b"".join([encode_uvarint(port) for port in path]) + b"\x00"
 
 
 def read_path(reader: Reader) -> list[int]:
     """Ports up to the 0 terminator; each port costs at least one byte, so this is bounded."""
-    path = []
+    path: list[int] = []
     while True:
         port = reader.uvarint()
         if port == 0:
@@ -239,7 +240,7 @@ class Traffic:
 def _path_at(body: bytes | memoryview, pos: int) -> tuple[list[int], int]:
     """`read_path` for the traffic path, on every packet: one-byte ports are
     read without a Reader and a uvarint call each."""
-    path = []
+    path: list[int] = []
     end = len(body)
     while True:
         if pos >= end:
@@ -264,24 +265,26 @@ def traffic_frame(head: bytes, payload: bytes | memoryview) -> bytes:
 _TRAFFIC_TYPE = bytes((TYPE_TRAFFIC,))
 
 
-FRAME_CLASSES = {
-    TYPE_SIGREQ: SigReq,
-    TYPE_SIGRES: SigRes,
-    TYPE_ANNOUNCE: Announce,
-    TYPE_BLOOM: BloomFilter,
-    TYPE_PATH_LOOKUP: PathLookup,
-    TYPE_PATH_NOTIFY: PathNotify,
-    TYPE_PATH_BROKEN: PathBroken,
-    TYPE_TRAFFIC: Traffic,
+RoutingFrame = SigReq | SigRes | Announce | BloomFilter | PathLookup | PathNotify | PathBroken | Traffic
+
+FRAME_DECODERS: dict[int, Callable[[bytes], RoutingFrame]] = {
+    TYPE_SIGREQ: SigReq.decode,
+    TYPE_SIGRES: SigRes.decode,
+    TYPE_ANNOUNCE: Announce.decode,
+    TYPE_BLOOM: BloomFilter.decode,
+    TYPE_PATH_LOOKUP: PathLookup.decode,
+    TYPE_PATH_NOTIFY: PathNotify.decode,
+    TYPE_PATH_BROKEN: PathBroken.decode,
+    TYPE_TRAFFIC: Traffic.decode,
 }
 
 
-def decode_body(ftype: int, body: bytes):
+def decode_body(ftype: int, body: bytes) -> RoutingFrame:
     """Decode the body of a routing frame (types 2-9); DecodeError for any other type."""
-    cls = FRAME_CLASSES.get(ftype)
-    if cls is None:
+    decode = FRAME_DECODERS.get(ftype)
+    if decode is None:
         raise DecodeError(f"not a routing frame type: {ftype}")
-    return cls.decode(body)
+    return decode(body)
 
 
 def split_frame(frame: bytes) -> tuple[int, bytes]:

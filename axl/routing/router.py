@@ -220,7 +220,7 @@ class Router:
         link = self._links.get(link_id)
         if link is None or ftype in (TYPE_DUMMY, TYPE_KEEPALIVE):
             return []
-        handler = self._handlers.get(ftype)
+        handler = _FRAME_HANDLERS.get(ftype)
         if handler is None:
             raise DecodeError(f"unknown frame type {ftype}")
         handler(self, link, body)
@@ -262,7 +262,7 @@ class Router:
         self._pathfinder.retry_unheard_rumors()
         return self._flush()
 
-    def send(self, dest_key: bytes, payload: bytes, now: float) -> list[Action]:
+    def send(self, dest_key: bytes, payload: bytes | memoryview, now: float) -> list[Action]:
         """Local traffic to a full key: routed if a path is known, else looked up and buffered."""
         self._now = now
         traffic = Traffic([], [], self.key, dest_key, MAX_WATERMARK, payload)
@@ -357,7 +357,7 @@ class Router:
         """An action for the caller of the event being handled."""
         self._out.append(action)
 
-    def send_to_tree_peers(self, ftype: int, body: bytes, mask: bytes, exclude: bytes,
+    def send_to_tree_peers(self, ftype: int, body: bytes, mask: int, exclude: bytes,
                            dest: bytes, source: bytes) -> int:
         """Queue a frame to every on-tree peer but `exclude` whose bloom filter
         matches `mask`; how many that was."""
@@ -505,17 +505,6 @@ class Router:
 
     def _on_traffic(self, link: _Link, body: bytes) -> None:
         self.route_traffic(Traffic.decode(body))
-
-    _handlers = {
-        TYPE_SIGREQ: _on_sigreq,
-        TYPE_SIGRES: _on_sigres,
-        TYPE_ANNOUNCE: _on_announce,
-        TYPE_BLOOM: _on_bloom,
-        TYPE_PATH_LOOKUP: _on_lookup,
-        TYPE_PATH_NOTIFY: _on_notify,
-        TYPE_PATH_BROKEN: _on_broken,
-        TYPE_TRAFFIC: _on_traffic,
-    }
 
     # ------------------------------------------------------------------ tree state
 
@@ -785,6 +774,20 @@ class Router:
         else:
             broken = PathBroken(list(traffic.from_path), MAX_WATERMARK, traffic.source, traffic.dest)
             self._pathfinder.handle_broken(broken)
+
+# By frame type, the Router method that takes it. At module level, not in the
+# class body: a compiled build makes Router a native class, whose body holds
+# only methods and attributes.
+_FRAME_HANDLERS: dict[int, Callable[[Router, _Link, bytes], None]] = {
+    TYPE_SIGREQ: Router._on_sigreq,
+    TYPE_SIGRES: Router._on_sigres,
+    TYPE_ANNOUNCE: Router._on_announce,
+    TYPE_BLOOM: Router._on_bloom,
+    TYPE_PATH_LOOKUP: Router._on_lookup,
+    TYPE_PATH_NOTIFY: Router._on_notify,
+    TYPE_PATH_BROKEN: Router._on_broken,
+    TYPE_TRAFFIC: Router._on_traffic,
+}
 
 def tree_distance(a: list[int], b: list[int]) -> int:
     """Hops between two coordinates through their deepest common ancestor."""

@@ -12,6 +12,7 @@ make the same bytes (docs/security.md, "Dependencies' private surfaces").
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 from dataclasses import dataclass
@@ -32,7 +33,9 @@ def missing_private_call() -> str | None:
     """The first of PRIVATE_CALLS this PyNaCl lacks (with its module), or
     None: PyNaCl documents nacl.bindings only, so any release may drop these."""
     try:
-        import nacl._sodium as binding
+        # A call, not an import statement: a compiled module's import does
+        # not take a None in sys.modules for a missing module.
+        binding = importlib.import_module("nacl._sodium")
     except ImportError:
         return "nacl._sodium"
     for call in PRIVATE_CALLS:

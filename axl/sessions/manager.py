@@ -151,7 +151,7 @@ class _Session:
         )
         self.shared_ok = all(k is not None for k in keys)
         self.recv_shared, self.send_shared, self.next_send_shared, self.next_recv_shared = (
-            k or b"" for k in keys
+            [k or b"" for k in keys]
         )
         self.next_send_nonce = self.next_recv_nonce = 0
         self.recv_nonce, self.send_nonce = recv_nonce, send_nonce
@@ -202,7 +202,7 @@ class SessionManager:
         each way (what yggdrasil's getSessions shows)."""
         return [SessionReport(s.remote, now - s.since, s.rx, s.tx) for s in self._sessions.values()]
 
-    def send(self, dest_key: bytes, message: bytes, now: float, *, head: bytes = b"") -> list[Action]:
+    def send(self, dest_key: bytes, message: bytes | memoryview, now: float, *, head: bytes = b"") -> list[Action]:
         """Seal `head` + `message` for `dest_key`. A short `head` (the layer
         above's type byte) is laid into the sealed buffer before the message
         instead of being joined to it first: one copy of a 64 KiB packet less."""
@@ -389,7 +389,7 @@ class SessionManager:
 
     # --- traffic ----------------------------------------------------------
 
-    def _seal_traffic(self, session: _Session, message: bytes, now: float,
+    def _seal_traffic(self, session: _Session, message: bytes | memoryview, now: float,
                       head: bytes = b"") -> list[Action]:
         session.send_nonce += 1
         if session.send_nonce == _U64:

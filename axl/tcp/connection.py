@@ -29,6 +29,7 @@ from axl.tcp.events import (
     NewConnection,
     PeerFinished,
     Reset,
+    TcpClosedError,
     TcpEvent,
     TimedOut,
 )
@@ -70,10 +71,6 @@ _SENDING_STATES = (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1, State.
 _RECEIVING_STATES = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)
 _OPEN_FOR_WRITES = (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT)
 _UNSYNCHRONIZED = (State.CLOSED, State.SYN_SENT, State.SYN_RECEIVED)
-
-
-class TcpClosedError(ConnectionError):
-    """The application wrote to a connection it already closed or that ended."""
 
 
 @dataclass
@@ -241,9 +238,10 @@ class TcpConnection:
         irs = syn.seq
         self._rcv_nxt = irs + 1
         self._peer_mss = max(syn.mss or 0, IPV6_DEFAULT_MSS)
-        self._window_scaling = syn.window_scale is not None
-        if self._window_scaling:
-            self._snd_wscale = syn.window_scale
+        scale = syn.window_scale
+        self._window_scaling = scale is not None
+        if scale is not None:
+            self._snd_wscale = scale
             self._rcv_wscale = window_scale_for(self.config.recv_buffer_size)
         self._snd_wnd = syn.window
         self._snd_wl1 = irs
@@ -552,7 +550,8 @@ class TcpConnection:
             seq = self._rcv_nxt
         right_edge = self._rcv_nxt + self._receive_window_size()
         if seq + len(payload) > right_edge:
-            payload = payload[:max(0, right_edge - seq)]
+            fits = max(0, right_edge - seq)
+            payload = payload[:fits]
             fin = False
         if fin:
             self._peer_fin_seq = seq + len(payload)
@@ -812,7 +811,7 @@ class TcpConnection:
             out.append(self._make_segment(self._snd_max, ACK))
         self._ack_now = False
 
-    def _make_segment(self, seq: int, flags: int, payload: bytes = b"") -> TcpSegment:
+    def _make_segment(self, seq: int, flags: int, payload: bytes | memoryview = b"") -> TcpSegment:
         self._ack_deadline = None
         self._unacked_bytes = 0
         return TcpSegment(self.local_port, self.remote_port, seq, self._rcv_nxt, flags,

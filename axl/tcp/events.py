@@ -15,6 +15,13 @@ if TYPE_CHECKING:
     from axl.tcp.connection import TcpConnection
 
 
+class TcpClosedError(ConnectionError):
+    """The application wrote to a connection it already closed or that ended.
+
+    Kept in this module, which the compiled build leaves as Python: a
+    compiled class cannot derive from ConnectionError."""
+
+
 @dataclass
 class TcpEvent:
     connection: TcpConnection

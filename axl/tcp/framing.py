@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from axl.wire import DecodeError
 
-BytesLike = bytes | bytearray | memoryview
+from axl.wire import BytesLike, DecodeError
 
 LENGTH_SIZE = 4
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
