@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install test run run3 testnet bench bench-go bench-sim wan interop clean
+.PHONY: install compile test run run3 testnet bench bench-go bench-sim wan interop clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -24,8 +24,17 @@ install:
 	@test -x $(PY) || $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
 		{ echo "make install: $(PYTHON) cannot make a virtualenv (no ensurepip); on Debian/Ubuntu run: apt-get install python3-venv" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
-	$(PY) -m pip install $(PIP_ARGS) -e '.[test]'
+	$(PY) -m pip install $(PIP_ARGS) -e '.[test,compile]'
+	@$(COMPILE) || echo "make install: installed without the compiled build (see above)"
 	@echo "installed into $(VENV): $(BIN)/axl-node, $(BIN)/axl-testnet (or: . $(VENV)/bin/activate)"
+
+# The compiled build (axl/compiled.py): the modules a message crosses, compiled
+# with mypyc into build/compiled/. Without a C compiler it says so and the node
+# runs as pure Python; a failed build does not stop `make install` either.
+# AXL_BUILD=pure runs the Python modules even where the compiled build exists.
+COMPILE = $(PY) -c 'import sys, axl.compiled; sys.exit(axl.compiled.main())'
+compile: $(BIN)/axl-node
+	@$(COMPILE)
 
 # Every other target needs the virtualenv; say how to make it instead of failing obscurely.
 $(BIN)/axl-node:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Coroutine
 from pathlib import Path
 
-from axl import __version__
+from axl import BUILD, __version__
 from axl.config import ConfigError, NodeConfig, load_config
 from axl.identity import NodeIdentity
 
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def version_line() -> str:
     """What `--version` prints and the first log line says, for bug reports."""
-    return f"axl-node {__version__} (Python {sys.version.split()[0]})"
+    return f"axl-node {__version__} (Python {sys.version.split()[0]}; {BUILD.describe()})"
 
 
 def build_genkey_parser() -> argparse.ArgumentParser:

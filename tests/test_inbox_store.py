@@ -242,6 +242,7 @@ async def test_a_commit_that_fails_refuses_its_messages(tmp_path: Path, rows_in_
     inbox.close()
 
 
+@pytest.mark.replaces_compiled_method
 async def test_what_arrives_during_a_threaded_commit_that_fails_is_tried_at_once(tmp_path: Path, monkeypatch) -> None:
     """With inbox_sync "full" a commit runs on the store's thread and what
     arrives meanwhile waits for it. When that commit fails (a full disk: made
@@ -313,6 +314,7 @@ async def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path, rows_in_dat
     inbox.close()
 
 
+@pytest.mark.replaces_compiled_method
 async def test_a_wal_that_keeps_growing_is_emptied_while_commits_wait(tmp_path: Path, monkeypatch,
                                                                      rows_in_database) -> None:
     """Under commits that never pause the WAL may never start over; past

@@ -178,6 +178,7 @@ def test_remote_questions_get_their_answers():
     assert pair.cores[1].datagrams.own_reply(nodeinfo_request()) == pair.cores[1].datagrams._nodeinfo_reply[2:]
 
 
+@pytest.mark.replaces_compiled_method
 def test_a_failing_router_tick_does_not_starve_the_other_layers(pair, monkeypatch, caplog):
     """The router's tick raising every second must not stop the session
     table's: an idle session still expires on time, and the failure is

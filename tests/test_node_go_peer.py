@@ -20,6 +20,9 @@ from axl.routing.frames import split_frame
 from axl.tcp.connection import IPV6_DEFAULT_MSS
 from axl.tcp.segment import decode_packet
 
+# GoLikePeer swaps the Go-like core's MessageLayer.packet_received.
+pytestmark = pytest.mark.replaces_compiled_method
+
 TURN = 0.002
 """Virtual seconds per event-loop turn of our node."""
 SETTLE = 10.0

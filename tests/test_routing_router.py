@@ -350,6 +350,7 @@ def test_timers_follow_now_while_the_wall_clock_steps_back():
     assert expired_at is not None and expired_at <= 5 + ROUTER_TIMEOUT + 2, "a silent peer's info expires"
 
 
+@pytest.mark.replaces_compiled_method
 def test_a_waiting_packets_lookup_is_retried_every_second_for_fifteen() -> None:
     """A lookup that found no filter is tried again each second while its
     packet waits (a session Ack the peer will not ask for again), so it is

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from axl import BUILD
 from axl.bench.report import BEFORE_FILE, EarlierRun, render
 from axl.bench.scenarios import BenchFailed, Sizes, run_loop
 
@@ -64,6 +65,7 @@ def write_json(path: str, args: argparse.Namespace, sizes: Sizes,
         "quick": args.quick,
         "sizes": vars(sizes),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "build": BUILD.describe(),
         "loops": results,
     }, indent=2) + "\n")
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{sizes.small_count} x 1 KiB small, /ws {sizes.ws_rounds} x {sizes.ws_count} "
              f"(in turn {sizes.ws_turns} x {sizes.ws_turn_count} to each receiver); "
              f"{os.cpu_count()} cores, "
-             f"Python {platform.python_version()})")
+             f"Python {platform.python_version()}; {BUILD.describe()})")
     print(render(results, title, earlier))
     if args.json:
         write_json(args.json, args, sizes, results)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import aiohttp
 
+from axl import BUILD
 from axl.bench.procs import BenchNode, GoBenchNode, cpu_seconds, go_axl_binary
 from axl.bench.scenarios import SEND_HEADER
 
@@ -177,6 +178,7 @@ async def run(count: int, rounds: int, go: Path) -> None:
         async with aiohttp.ClientSession() as http:
             pairs: list[Pair] = []
             try:
+                print(f"ours: {BUILD.describe()}", flush=True)
                 pairs.append(await Pair.start(http, Path(tmp), "ours", None))
                 pairs.append(await Pair.start(http, Path(tmp), "go", go))
                 figures: list[RoundFigures] = []

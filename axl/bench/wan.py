@@ -22,6 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
+from axl import BUILD
 from axl.bench.procs import LOOPBACK, BenchNode, GoBenchNode, child_env, go_axl_binary
 from axl.bench.report import percentile
 from axl.bench.scenarios import MB, MIB, SEND_HEADER, receiving_stream, timed_ws_round, ws_acks
@@ -326,6 +327,7 @@ async def run(work: Work, with_go: bool, only: str | None = None) -> list[str]:
     go_binary = go_axl_binary() if with_go else None
     tables = []
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    print(f"ours: {BUILD.describe()}", flush=True)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for profile in profiles:
             rows = []
