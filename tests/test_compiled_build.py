@@ -52,6 +52,12 @@ def test_a_pure_process_imports_every_module_from_its_source():
     assert result.stdout.strip() == "True", result.stderr
 
 
+@pytest.fixture
+def unforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without AXL_BUILD, which CI's pure pass sets for the whole suite."""
+    monkeypatch.delenv(PURE_ENV, raising=False)
+
+
 def manifest_for(build_dir: Path, **changes: object) -> None:
     build_dir.mkdir(exist_ok=True)
     manifest = {"interpreter": compiled.interpreter_tag(),
@@ -60,12 +66,12 @@ def manifest_for(build_dir: Path, **changes: object) -> None:
     (build_dir / MANIFEST).write_text(json.dumps(manifest))
 
 
-def test_no_build_folder_means_pure_and_says_how_to_build(tmp_path):
+def test_no_build_folder_means_pure_and_says_how_to_build(tmp_path, unforced):
     choice = choose(tmp_path / "nothing")
     assert choice == BuildChoice(False, "no compiled build (`make install` makes one where a C compiler is found)")
 
 
-def test_a_source_edited_after_the_build_means_pure_and_names_the_file(tmp_path):
+def test_a_source_edited_after_the_build_means_pure_and_names_the_file(tmp_path, unforced):
     sources = {name: compiled.source_digest(name) for name in COMPILED_MODULES}
     sources["axl.tcp.stack"] = "0" * 64
     manifest_for(tmp_path, sources=sources)
@@ -74,12 +80,12 @@ def test_a_source_edited_after_the_build_means_pure_and_names_the_file(tmp_path)
     assert choice.reason == "axl/tcp/stack.py changed since the compiled build; `make compile` rebuilds it"
 
 
-def test_a_build_for_another_python_means_pure(tmp_path):
+def test_a_build_for_another_python_means_pure(tmp_path, unforced):
     manifest_for(tmp_path, interpreter="cpython-39.cpython-39-x86_64-linux-gnu.so")
     assert choose(tmp_path).reason == "the compiled build is for another Python; `make compile` rebuilds it"
 
 
-def test_an_unreadable_manifest_means_pure(tmp_path):
+def test_an_unreadable_manifest_means_pure(tmp_path, unforced):
     (tmp_path / MANIFEST).write_text("{not json")
     assert choose(tmp_path).reason.startswith("the compiled build's manifest is unreadable (")
 
