@@ -766,11 +766,10 @@ def _write_deliveries(db: sqlite3.Connection, plan: DeliveryPlan) -> None:
 
 def _write_all(file: int, content: bytes) -> None:
     """os.write until all of `content` is written (a write may take part of it)."""
-    written = os.write(file, content)
-    if written < len(content):
-        with memoryview(content) as view:
-            while written < len(view):
-                written += os.write(file, view[written:])
+    written = 0
+    with memoryview(content) as view:
+        while written < len(view):
+            written += os.write(file, view[written:])
 
 
 def _read_payload(file: Path, size: int, what: str = "message") -> bytes | None:
