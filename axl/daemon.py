@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from axl.adapters import DispatchSettings, InboundDispatcher
 from axl.bridge.server import BridgeServer
 from axl.config import ConfigError, NodeConfig, parse_admin_listen
+from axl.gctuning import collect_less_often, freeze_survivors
 from axl.heap import TRIM_INTERVAL, HeapTuning
 from axl.link.manager import ListenFailed
 from axl.node import Node
@@ -44,6 +45,7 @@ async def run_daemon(node: Node, dispatcher: InboundDispatcher) -> int:
     ConfigError when a port or address the config names cannot be bound."""
     heap = HeapTuning()
     heap.keep_freed_memory()
+    collect_less_often()
     trimmer = start_task(_trim_heap(heap), log, "heap trim")
     try:
         return await _serve(node, dispatcher)
@@ -70,12 +72,14 @@ async def _serve(node: Node, dispatcher: InboundDispatcher) -> int:
     stop_signal: asyncio.Future[signal.Signals] = loop.create_future()
     for sig in stop_signals():
         loop.add_signal_handler(sig, _settle, stop_signal, sig)
-    bridge = BridgeServer(node, node.config, dispatcher.counts)
+    bridge = BridgeServer(node, node.config, dispatcher.counts,
+                          full_application_loaded=lambda: _set_aside("full application loaded"))
     admin = _admin_server(node)
     try:
         await _start(node, bridge)
         if admin is not None:
             await admin.start()
+        _set_aside("started")
     except ConfigError:
         await _stop(node, bridge, admin, dispatcher)
         raise
@@ -125,6 +129,11 @@ def bind_failure(setting: str, address: str, exc: OSError, remedy: str) -> str:
         return f"{setting}: {address} is not an address of this machine; use 127.0.0.1, 0.0.0.0 or a local address"
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     return f"{setting}: cannot listen on {address}: {reason}"
+
+
+def _set_aside(moment: str) -> None:
+    """Freeze what is alive now out of the cycle collector's way (axl.gctuning)."""
+    log.debug("%s: %d objects set aside from the cycle collector", moment, freeze_survivors())
 
 
 async def _trim_heap(heap: HeapTuning) -> None:

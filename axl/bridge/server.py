@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from axl.adapters.counts import AdapterCounts
@@ -30,8 +31,11 @@ answers not yet proven received to end their connections, before closing them.""
 
 
 class BridgeServer:
-    def __init__(self, node: BridgeNode, config: NodeConfig, adapters: AdapterCounts) -> None:
+    def __init__(self, node: BridgeNode, config: NodeConfig, adapters: AdapterCounts,
+                 full_application_loaded: Callable[[], object] = lambda: None) -> None:
         self.node = node
+        # called once the full application (and aiohttp with it) has loaded
+        self.full_application_loaded = full_application_loaded
         self.config = config
         self.clients = ClientWatch()
         self.receiver = ReceiverSlot()
@@ -87,6 +91,7 @@ class BridgeServer:
         self._full_app = FullApplication(self.node, self.clients, self.receiver, self.in_flight,
                                          self.observatory, KEEPALIVE_TIMEOUT)
         factory = await self._full_app.start()
+        self.full_application_loaded()
         log.info("full application loaded for the first request beyond /send, /recv, "
                  "/topology, /health and /metrics (%.0f ms)", (time.monotonic() - started) * 1000)
         return factory
