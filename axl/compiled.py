@@ -33,7 +33,7 @@ from types import ModuleType
 # Left as Python: package __init__ files, and axl.tcp.events (its exception
 # derives from ConnectionError, which a compiled class cannot).
 COMPILED_MODULES = (
-    "axl.readbuffer", "axl.wire",
+    "axl.eventloop", "axl.readbuffer", "axl.wire",
     "axl.packets.device", "axl.packets.ipv6",
     "axl.tcp.buffers", "axl.tcp.connection", "axl.tcp.framing", "axl.tcp.recovery",
     "axl.tcp.segment", "axl.tcp.stack",

@@ -23,6 +23,7 @@ from axl.bridge.http1 import Answer, text_answer
 from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, BudgetBoard, BudgetUse
 from axl.config import NodeConfig
 from axl.errors import DeliveryError, status_for
+from axl.eventloop import running_loop
 from axl.identity import parse_peer_id
 from axl.observe.view import ObservedNode
 
@@ -134,7 +135,7 @@ class ClientWatch:
         self._handoffs: dict[object, Handoff] = {}
 
     def opened(self, transport: object, handoff: Handoff) -> None:
-        self._closed[transport] = asyncio.get_running_loop().create_future()
+        self._closed[transport] = running_loop().create_future()
         self._handoffs[transport] = handoff
 
     def alias(self, alias: object, transport: object) -> None:
@@ -162,7 +163,7 @@ class ClientWatch:
         if transport is None or transport.is_closing():
             return None
         closed = self._closed.get(transport)
-        return closed if closed is not None else asyncio.get_running_loop().create_future()
+        return closed if closed is not None else running_loop().create_future()
 
     def release_all(self) -> None:
         """The node is stopping: treat every connection as closing, so long

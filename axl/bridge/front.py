@@ -47,6 +47,7 @@ from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
+from axl.eventloop import running_loop
 from axl.observe.httpstats import HttpStats
 from axl.readbuffer import ReadBuffer
 
@@ -257,7 +258,7 @@ class BridgeConnection(asyncio.Protocol):
             # Next turn: a connection handed over in this same turn has a
             # request task that has not run yet, and aiohttp's task fails
             # (an AssertionError, logged) if the connection is gone first.
-            asyncio.get_running_loop().call_soon(self._inner.connection_lost, exc)
+            running_loop().call_soon(self._inner.connection_lost, exc)
 
     def pause_writing(self) -> None:
         if self._inner is not None:
@@ -331,7 +332,7 @@ class BridgeConnection(asyncio.Protocol):
             self.door.node.delivered(received)
             transport.close()
             return
-        self._ack_poll = asyncio.get_running_loop().call_later(ACK_POLL_INTERVAL, self._count_unacknowledged)
+        self._ack_poll = running_loop().call_later(ACK_POLL_INTERVAL, self._count_unacknowledged)
 
     # -- reading requests --------------------------------------------------
 
@@ -355,7 +356,7 @@ class BridgeConnection(asyncio.Protocol):
     def _advance_next_turn(self) -> None:
         if not self._advance_scheduled:
             self._advance_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_advance)
+            running_loop().call_soon(self._scheduled_advance)
 
     def _scheduled_advance(self) -> None:
         self._advance_scheduled = False
@@ -640,7 +641,7 @@ class BridgeConnection(asyncio.Protocol):
 
         One timer per connection, re-armed only when it fires early: moving
         a deadline on every request would cost a timer each."""
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         self._deadline = deadline = loop.time() + seconds
         watchdog = self._watchdog
         if watchdog is not None and watchdog.when() <= deadline:
@@ -654,7 +655,7 @@ class BridgeConnection(asyncio.Protocol):
         deadline = self._deadline
         if deadline is None or self._state is _State.CLOSED:
             return
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         if loop.time() < deadline:
             self._watchdog = loop.call_at(deadline, self._check_deadline)
         elif self._state is _State.BODY:
@@ -717,7 +718,7 @@ class HandedTransport:
             self._transport.write(data)
             return
         if not self._gathered:
-            asyncio.get_running_loop().call_soon(self.flush)
+            running_loop().call_soon(self.flush)
         # a copy: the writer may reuse its buffer once write() returns
         self._gathered.append(data if isinstance(data, bytes) else bytes(data))
         self._gathered_bytes += size

@@ -29,7 +29,7 @@ CACHED_HEAD_SIZE = 1024
 CACHED_HEADS = 128
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class RequestHead:
     """A request line and what the core routes read of the headers."""
 
@@ -39,9 +39,21 @@ class RequestHead:
     content_length: int
     keep_alive: bool
     destination: str  # X-Destination-Peer-Id, as sent ("" when absent)
-    authorization: str = ""  # the Authorization header, for the bridge token
-    host: str = ""  # the Host and Origin headers ("" when absent), for the page guard
-    origin: str = ""
+    authorization: str  # the Authorization header, for the bridge token
+    host: str  # the Host and Origin headers ("" when absent), for the page guard
+    origin: str
+
+    def __init__(self, method: str, path: str, query: str, content_length: int, keep_alive: bool,
+                 destination: str, authorization: str = "", host: str = "", origin: str = "") -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.content_length = content_length
+        self.keep_alive = keep_alive
+        self.destination = destination
+        self.authorization = authorization
+        self.host = host
+        self.origin = origin
 
 
 def parse_head(head: bytes) -> RequestHead | None:
@@ -110,14 +122,21 @@ def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:
     return block[start:end].strip(b" \t")
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Answer:
     """A whole response: status, body and the headers beyond the framing ones."""
 
     status: int
-    body: bytes = b""
-    content_type: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes
+    content_type: str | None
+    headers: tuple[tuple[str, str], ...]
+
+    def __init__(self, status: int, body: bytes = b"", content_type: str | None = None,
+                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers
 
 
 def text_answer(status: int, message: str) -> Answer:

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from axl.eventloop import running_loop
 from axl.identity import NodeIdentity, peer_id
 from axl.link.counters import LinkCounters, smoothed_rtt
 from axl.link.protocol import (
@@ -157,8 +158,8 @@ class Connection(asyncio.BufferedProtocol):
         self.counters = LinkCounters()
         self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
-        self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[bool] = running_loop().create_future()
+        self._loop = running_loop()
         self._transport: asyncio.Transport | None = None
         self._protocol: LinkConnection | None = None
         self._timer: asyncio.TimerHandle | None = None

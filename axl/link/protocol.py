@@ -49,10 +49,14 @@ class HandshakeDone(LinkEvent):
     priority: int
 
 
-@dataclass
+@dataclass(init=False)
 class FrameReceived(LinkEvent):
     ftype: int
     body: bytes
+
+    def __init__(self, ftype: int, body: bytes) -> None:
+        self.ftype = ftype
+        self.body = body
 
 
 @dataclass

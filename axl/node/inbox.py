@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from axl.budgets import STREAM_WINDOW
+from axl.eventloop import running_loop
 from axl.node.journal import InboxMessage, Journal, Settled, StreamOrigin
 from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
@@ -159,7 +160,7 @@ class Inbox:
                                                 or self._waiting_bytes + len(payload) > self.max_bytes)):
             settled(False)
             return
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         waiting.append(WaitingForRoom(sender, payload, settled, origin, loop.time() + self.room_wait))
         self._waiting_bytes += len(payload)
         self.waited_for_room += 1
@@ -188,7 +189,7 @@ class Inbox:
         """Refuse the messages whose wait ended with the queue still full."""
         self._room_timer = None
         waiting = self._waiting_for_room
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         while waiting and waiting[0].deadline <= loop.time():
             self.refused_after_wait += 1
             self._stop_waiting().settled(False)
@@ -264,7 +265,7 @@ class Inbox:
         `wait` is 0), else with the next message to arrive, or with None when
         `wait` seconds pass or `until` (if given) settles: the client has left.
         """
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         waiter: asyncio.Future[InboxMessage | None] = loop.create_future()
         if until is not None and until.done():
             waiter.set_result(None)

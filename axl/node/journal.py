@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 
+from axl.eventloop import running_loop
 from axl.node.msgstream import SessionRecord
 from axl.node.stats import Histogram
 from axl.node.store import (WAL_CAP_PAGES, Batch, Checkpointed, CommittedSession, CommittedSessions,
@@ -80,13 +81,18 @@ Settled = Callable[[bool], None]
 StreamOrigin = tuple[int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class InboxMessage:
     """One queued message; `id` is its own for life, so a redelivery carries the same id."""
 
     id: int
     sender: bytes
     payload: bytes
+
+    def __init__(self, id: int, sender: bytes, payload: bytes) -> None:
+        self.id = id
+        self.sender = sender
+        self.payload = payload
 
 
 class JournalState(Enum):
@@ -116,11 +122,16 @@ _TRANSITIONS: dict[JournalState, frozenset[JournalState]] = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class _Staged:
     message: InboxMessage
     origin: StreamOrigin | None
     settled: Settled
+
+    def __init__(self, message: InboxMessage, origin: StreamOrigin | None, settled: Settled) -> None:
+        self.message = message
+        self.origin = origin
+        self.settled = settled
 
 
 @dataclass
@@ -197,7 +208,7 @@ class Journal:
             self._refuse([_Staged(message, origin, settled)])
             return
         self._staged.append(_Staged(message, origin, settled))
-        now = asyncio.get_running_loop().time()
+        now = running_loop().time()
         self._arrival_gap, self._last_arrival_at = now - self._last_arrival_at, now
         self._step_soon()
 
@@ -247,11 +258,11 @@ class Journal:
         if self.state is JournalState.CLOSED:
             return
         if self._next_step is not None:
-            if not self._step_held or self._worth_holding(asyncio.get_running_loop().time()):
+            if not self._step_held or self._worth_holding(running_loop().time()):
                 return
             self._next_step.cancel()
         self._step_held = False
-        self._next_step = asyncio.get_running_loop().call_soon(self._step)
+        self._next_step = running_loop().call_soon(self._step)
 
     def _holds_back(self) -> bool:
         """Whether the commit due at the end of this turn waits GROUP_SECONDS
@@ -260,7 +271,7 @@ class Journal:
         gather meanwhile)."""
         if self.state is not JournalState.READY or self.store.commits_wait_for_disk:
             return False
-        return self._worth_holding(asyncio.get_running_loop().time())
+        return self._worth_holding(running_loop().time())
 
     def _worth_holding(self, now: float) -> bool:
         """A batch of fewer than GROUP_MOST deliveries, and either a few new
@@ -287,12 +298,12 @@ class Journal:
         self._held_alone = self._held_alone + 1 if len(self._staged) == 1 else 0
         if self._held_alone >= GROUP_ALONE_TRIES:
             self._held_alone = 0
-            self._hold_again_at = asyncio.get_running_loop().time() + GROUP_RETRY_SECONDS
+            self._hold_again_at = running_loop().time() + GROUP_RETRY_SECONDS
 
     def _retry_later(self) -> None:
         """Try again after a back-off: a commit (FAILING) or emptying the WAL (WAL_HELD)."""
         if self._retry is None and self.state is not JournalState.CLOSED:
-            self._retry = asyncio.get_running_loop().call_later(self._backoff.next_wait(), self._retried)
+            self._retry = running_loop().call_later(self._backoff.next_wait(), self._retried)
 
     def _retried(self) -> None:
         self._retry = None
@@ -323,7 +334,7 @@ class Journal:
                 self._count_held()
             elif self._holds_back():
                 self._step_held = True
-                self._next_step = asyncio.get_running_loop().call_later(GROUP_SECONDS, self._step)
+                self._next_step = running_loop().call_later(GROUP_SECONDS, self._step)
                 return
             self._commit()
 

@@ -85,10 +85,14 @@ class OutsideWindow(StreamError):
     """A message numbered more than STREAM_WINDOW beyond its session's others."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Ack:
     seq: int
     status: int
+
+    def __init__(self, seq: int, status: int) -> None:
+        self.seq = seq
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,21 +103,29 @@ class Hello:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Message:
     """A new message: deliver it, then `answer` it."""
 
     seq: int
     payload: bytes
 
+    def __init__(self, seq: int, payload: bytes) -> None:
+        self.seq = seq
+        self.payload = payload
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(init=False, slots=True)
 class Answered:
     """A message that was answered already (or must be refused unread):
     write its acknowledgement, deliver nothing."""
 
     seq: int
     status: int
+
+    def __init__(self, seq: int, status: int) -> None:
+        self.seq = seq
+        self.status = status
 
 
 def encode_hello(session_id: int, version: int = 1) -> bytes:

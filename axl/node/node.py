@@ -25,6 +25,7 @@ from axl.budgets import (DISPATCH_BYTES_PER_NODE, DISPATCH_BYTES_PER_PEER, DISPA
 from axl.config import ConfigError, NodeConfig
 from axl.datagrams.layer import NODEINFO_REPLY, ReplyKind, debug_reply_kind, debug_request, nodeinfo_request
 from axl.errors import DeliveryError
+from axl.eventloop import running_loop
 from axl.identity import NodeIdentity, address_for_key, format_address
 from axl.link.manager import Link, LinkManager
 from axl.link.multicast import Discovery, InterfaceReport
@@ -173,7 +174,7 @@ class Node:
                 return
             timer.cancel()
         delay = max(0.0, when - time.monotonic())
-        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        self._timer = running_loop().call_later(delay, self._on_timer)
         self._timer_when = when
 
     def _on_timer(self) -> None:
@@ -286,7 +287,7 @@ class Node:
         return future
 
     def _future_for(self, handle: int) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
+        future = running_loop().create_future()
         self._waiting[handle] = future
         return future
 
@@ -372,7 +373,7 @@ class Node:
         destination, or their acknowledgements, in one segment)."""
         if not self._flush_pending:
             self._flush_pending = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -398,7 +399,7 @@ class Node:
 
     async def _ask(self, kind: ReplyKind, key: bytes, timeout: float,
                    request: Callable[[float], None]) -> bytes:
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytes] = running_loop().create_future()
         waiting = self._asking.setdefault((kind, key), [])
         waiting.append(future)
         request(time.monotonic())

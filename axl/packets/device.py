@@ -28,12 +28,16 @@ DEFAULT_MTU = 1280
 _SUBNET_SIZE = 8
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class SendIPv6:
     """Send `packet` to `key` (the node wraps it for the core and session)."""
 
     key: bytes
     packet: bytes
+
+    def __init__(self, key: bytes, packet: bytes) -> None:
+        self.key = key
+        self.packet = packet
 
 
 @dataclass(frozen=True)
@@ -43,12 +47,16 @@ class Lookup:
     partial_key: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class DeliverPacket:
     """A checked incoming packet for the local TCP stack."""
 
     source_key: bytes
     packet: bytes | memoryview
+
+    def __init__(self, source_key: bytes, packet: bytes | memoryview) -> None:
+        self.source_key = source_key
+        self.packet = packet
 
 
 Action = SendIPv6 | Lookup | DeliverPacket

@@ -22,7 +22,7 @@ DEFAULT_HOP_LIMIT = 64
 _HEADER = struct.Struct("!IHBB16s16s")
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class IPv6Header:
     """The fixed IPv6 header fields (RFC 8200 section 3)."""
 
@@ -30,9 +30,19 @@ class IPv6Header:
     dst: bytes
     next_header: int
     payload_length: int
-    hop_limit: int = DEFAULT_HOP_LIMIT
-    traffic_class: int = 0
-    flow_label: int = 0
+    hop_limit: int
+    traffic_class: int
+    flow_label: int
+
+    def __init__(self, src: bytes, dst: bytes, next_header: int, payload_length: int,
+                 hop_limit: int = DEFAULT_HOP_LIMIT, traffic_class: int = 0, flow_label: int = 0) -> None:
+        self.src = src
+        self.dst = dst
+        self.next_header = next_header
+        self.payload_length = payload_length
+        self.hop_limit = hop_limit
+        self.traffic_class = traffic_class
+        self.flow_label = flow_label
 
     def encode(self) -> bytes:
         first_word = (6 << 28) | (self.traffic_class << 20) | self.flow_label

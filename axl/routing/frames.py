@@ -202,7 +202,7 @@ class PathBroken:
         return broken
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class Traffic:
     path: list[int]
     from_path: list[int]
@@ -210,6 +210,15 @@ class Traffic:
     dest: bytes
     watermark: int
     payload: bytes | memoryview
+
+    def __init__(self, path: list[int], from_path: list[int], source: bytes, dest: bytes, watermark: int,
+                 payload: bytes | memoryview) -> None:
+        self.path = path
+        self.from_path = from_path
+        self.source = source
+        self.dest = dest
+        self.watermark = watermark
+        self.payload = payload
 
     def head(self, watermark: int | None = None) -> bytes:
         """The body up to the payload. `watermark`, when given, is written

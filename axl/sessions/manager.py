@@ -56,7 +56,7 @@ TRAFFIC_OVERHEAD_MIN = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
 _U64 = 1 << 64
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class SendPacket:
     """Hand `packet` to the router for delivery to `dest_key` (a sealed
     traffic packet is a read-only view of its buffer)."""
@@ -64,14 +64,22 @@ class SendPacket:
     dest_key: bytes
     packet: bytes | memoryview
 
+    def __init__(self, dest_key: bytes, packet: bytes | memoryview) -> None:
+        self.dest_key = dest_key
+        self.packet = packet
 
-@dataclass(frozen=True)
+
+@dataclass(init=False)
 class DeliverPlaintext:
     """A decrypted message from `source_key` for the layer above (a read-only
     view of the decrypted buffer, which nothing else holds)."""
 
     source_key: bytes
     message: bytes | memoryview
+
+    def __init__(self, source_key: bytes, message: bytes | memoryview) -> None:
+        self.source_key = source_key
+        self.message = message
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class ChecksumError(TcpDecodeError):
     """The TCP checksum does not match the pseudo-header and segment."""
 
 
-@dataclass
+@dataclass(init=False)
 class TcpSegment:
     """One TCP segment: header fields, the options we understand, payload.
 
@@ -66,12 +66,29 @@ class TcpSegment:
     ack: int
     flags: int
     window: int
-    payload: bytes | memoryview = b""
-    mss: int | None = None
-    window_scale: int | None = None
-    sack_permitted: bool = False
-    timestamps: tuple[int, int] | None = None
-    urgent: int = 0
+    payload: bytes | memoryview
+    mss: int | None
+    window_scale: int | None
+    sack_permitted: bool
+    timestamps: tuple[int, int] | None
+    urgent: int
+
+    def __init__(self, src_port: int, dst_port: int, seq: int, ack: int, flags: int, window: int,
+                 payload: bytes | memoryview = b"", mss: int | None = None,
+                 window_scale: int | None = None, sack_permitted: bool = False,
+                 timestamps: tuple[int, int] | None = None, urgent: int = 0) -> None:
+        self.src_port = src_port
+        self.dst_port = dst_port
+        self.seq = seq
+        self.ack = ack
+        self.flags = flags
+        self.window = window
+        self.payload = payload
+        self.mss = mss
+        self.window_scale = window_scale
+        self.sack_permitted = sack_permitted
+        self.timestamps = timestamps
+        self.urgent = urgent
 
     @property
     def seq_length(self) -> int:
@@ -95,14 +112,20 @@ class TcpSegment:
         return bytes(out)
 
 
-@dataclass
+@dataclass(init=False)
 class TcpPacket:
     """A decoded IPv6 packet carrying TCP: the addresses and the segment."""
 
     src: bytes
     dst: bytes
     segment: TcpSegment
-    hop_limit: int = 64
+    hop_limit: int
+
+    def __init__(self, src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 64) -> None:
+        self.src = src
+        self.dst = dst
+        self.segment = segment
+        self.hop_limit = hop_limit
 
 
 def encode_packet(src: bytes, dst: bytes, segment: TcpSegment, hop_limit: int = 64,
