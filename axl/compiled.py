@@ -34,6 +34,9 @@ from types import ModuleType
 # derives from ConnectionError, which a compiled class cannot).
 COMPILED_MODULES = (
     "axl.eventloop", "axl.readbuffer", "axl.wire",
+    "axl.datagrams.layer", "axl.adapters.envelopes", "axl.adapters.inbound",
+    "axl.node.stats", "axl.node.deadlines", "axl.link.liveness",
+    "axl.observe.httpstats", "axl.observe.series", "axl.bridge.guard",
     "axl.packets.device", "axl.packets.ipv6",
     "axl.tcp.buffers", "axl.tcp.connection", "axl.tcp.framing", "axl.tcp.recovery",
     "axl.tcp.segment", "axl.tcp.stack",

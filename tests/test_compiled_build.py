@@ -144,6 +144,7 @@ PER_MESSAGE_CLASSES = [
     "axl.link.protocol.FrameReceived", "axl.node.journal.InboxMessage", "axl.node.journal._Staged",
     "axl.node.msgstream.Message", "axl.node.msgstream.Ack", "axl.node.msgstream.Answered",
     "axl.bridge.http1.RequestHead", "axl.bridge.http1.Answer",
+    "axl.datagrams.layer.SendMessage", "axl.datagrams.layer.DeliverIPv6",
 ]
 
 

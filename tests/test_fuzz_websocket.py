@@ -32,6 +32,7 @@ from axl.bridge.ws import KEY_SIZE, ProtocolViolation, StreamingSession, parse_d
 from axl.budgets import WS_MAX_WINDOW
 from axl.errors import PeerUnreachable, status_for
 from axl.link.websocket import _pump
+from axl.node.stats import NodeStats
 from fuzzing import FUZZ, noise_or_mutation
 
 # --- the ws:// link ------------------------------------------------------------
@@ -145,11 +146,6 @@ def test_done_gives_distinct_integer_ids_or_protocol_violation(text):
 
 # --- GET /ws: binary frames and their acks --------------------------------------------
 
-class Stats:
-    def send_finished(self, *args: object) -> None:
-        pass
-
-
 class Node:
     """The node's side of the session: sends that settle when the test says."""
 
@@ -157,7 +153,7 @@ class Node:
 
     def __init__(self, ordered: frozenset[int]) -> None:
         self.ordered = ordered
-        self.stats = Stats()
+        self.stats = NodeStats(now=0.0)
         self.sends: list[concurrent.futures.Future] = []
         self.done: list[int] = []
 
@@ -227,6 +223,8 @@ def test_any_messages_get_one_ack_each_and_leave_nothing_behind(steps, ordered, 
     assert session._destinations == {} and session._under_way == 0
     assert session._flow.frames == len(acks)
     assert board.usage()[0].in_use == len(acks)
+    # every send the node settled is counted once in its statistics (a short frame never reaches it)
+    assert sum(node.stats.sent_by_status.values()) == sum(ack["status"] != 400 for ack in acks)
     assert len(set(node.done)) == len(node.done)
 
 

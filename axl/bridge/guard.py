@@ -139,8 +139,9 @@ def _page_refusal(host: str, origin: str, loopback: bool) -> str | None:
 
 def _host_name(host: str) -> str:
     """A Host header's name or address, without its port or brackets."""
+    closing = host.find("]")
     if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
+        return host[1:closing] if closing > 0 else host
     if host.count(":") > 1:  # an IPv6 address without its brackets
         return host
     name, colon, port = host.rpartition(":")

@@ -48,18 +48,26 @@ MAX_PENDING_QUERIES = 1024
 _KEY_LIST_OVERHEAD = 2
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class SendMessage:
     """A plaintext for SessionManager.send to `dest_key`."""
 
     dest_key: bytes
     message: bytes
 
+    def __init__(self, dest_key: bytes, message: bytes) -> None:
+        self.dest_key = dest_key
+        self.message = message
 
-@dataclass(frozen=True)
+
+@dataclass(init=False)
 class DeliverIPv6:
     source_key: bytes
     packet: bytes | memoryview
+
+    def __init__(self, source_key: bytes, packet: bytes | memoryview) -> None:
+        self.source_key = source_key
+        self.packet = packet
 
 
 ReplyKind = tuple[int, int]
@@ -79,7 +87,9 @@ class NodeInfoReceived:
     key: bytes
     info: bytes
 
-    kind = NODEINFO_REPLY
+    @property
+    def kind(self) -> ReplyKind:
+        return NODEINFO_REPLY
 
     @property
     def body(self) -> bytes:
@@ -184,7 +194,8 @@ class DatagramLayer:
         request): asking oneself needs no session."""
         [reply] = self.handle(self.identity.public_key, request, 0.0)
         assert isinstance(reply, SendMessage)
-        return reply.message[2 if request == nodeinfo_request() else 3:]
+        header = 2 if request == nodeinfo_request() else 3
+        return reply.message[header:]
 
     def expire(self, now: float) -> None:
         """Forget requests unanswered for QUERY_TIMEOUT."""

@@ -225,8 +225,8 @@ class NodeStats:
 
     def _evict_down_peers(self) -> None:
         """Forget the least recently changed peers that are down; up ones stay."""
-        surplus = len(self.peers) - self.max_peers
-        for key in [k for k, p in self.peers.items() if not p.live][:max(0, surplus)]:
+        surplus = max(0, len(self.peers) - self.max_peers)
+        for key in [k for k, p in self.peers.items() if not p.live][:surplus]:
             del self.peers[key]
 
     def link_totals(self) -> LinkCounters:
