@@ -41,7 +41,7 @@ COMPILED_MODULES = (
     "axl.tcp.buffers", "axl.tcp.connection", "axl.tcp.framing", "axl.tcp.recovery",
     "axl.tcp.segment", "axl.tcp.stack",
     "axl.sessions.crypto", "axl.sessions.handshake", "axl.sessions.manager",
-    "axl.routing.frames", "axl.routing.pathfinder", "axl.routing.router",
+    "axl.routing.actions", "axl.routing.frames", "axl.routing.pathfinder", "axl.routing.router",
     "axl.link.connection", "axl.link.framing", "axl.link.protocol",
     "axl.node.core", "axl.node.inbox", "axl.node.inboxrows", "axl.node.journal",
     "axl.node.messages", "axl.node.msgstream", "axl.node.node", "axl.node.store",

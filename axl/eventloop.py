@@ -12,17 +12,18 @@ that loop runs.
 from __future__ import annotations
 
 import asyncio
-import threading
+from threading import get_ident
+from typing import Final
 
 # The loop each thread last found running. Threads are few and long-lived
 # (the event loop's, the inbox store's), so this stays small.
-_found: dict[int, asyncio.AbstractEventLoop] = {}
+_found: Final[dict[int, asyncio.AbstractEventLoop]] = {}
 
 
 def running_loop() -> asyncio.AbstractEventLoop:
     """The event loop running in this thread (RuntimeError when none is),
     as asyncio.get_running_loop() answers."""
-    thread = threading.get_ident()
+    thread = get_ident()
     loop = _found.get(thread)
     if loop is None or not loop.is_running():
         loop = _found[thread] = asyncio.get_running_loop()

@@ -139,7 +139,8 @@ def test_no_compiled_module_computes_a_slice_bound_with_a_call():
 # one), so these define their own.
 PER_MESSAGE_CLASSES = [
     "axl.packets.ipv6.IPv6Header", "axl.packets.device.DeliverPacket", "axl.packets.device.SendIPv6",
-    "axl.routing.frames.Traffic", "axl.tcp.segment.TcpSegment", "axl.tcp.segment.TcpPacket",
+    "axl.routing.frames.Traffic", "axl.routing.actions.SendTraffic", "axl.routing.actions.DeliverTraffic",
+    "axl.tcp.segment.TcpSegment", "axl.tcp.segment.TcpPacket",
     "axl.sessions.manager.DeliverPlaintext", "axl.sessions.manager.SendPacket",
     "axl.link.protocol.FrameReceived", "axl.node.journal.InboxMessage", "axl.node.journal._Staged",
     "axl.node.msgstream.Message", "axl.node.msgstream.Ack", "axl.node.msgstream.Answered",

@@ -13,7 +13,7 @@ class SendFrame:
     frame: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class SendTraffic:
     """A frame of types 6-9 for the link's fair queue; `flow` is dest || source."""
 
@@ -21,13 +21,22 @@ class SendTraffic:
     frame: bytes
     flow: bytes
 
+    def __init__(self, link_id: int, frame: bytes, flow: bytes) -> None:
+        self.link_id = link_id
+        self.frame = frame
+        self.flow = flow
 
-@dataclass(frozen=True)
+
+@dataclass(init=False)
 class DeliverTraffic:
     """Traffic addressed to this node (the payload is a view of its frame)."""
 
     source_key: bytes
     payload: bytes | memoryview
+
+    def __init__(self, source_key: bytes, payload: bytes | memoryview) -> None:
+        self.source_key = source_key
+        self.payload = payload
 
 
 @dataclass(frozen=True)
