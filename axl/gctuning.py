@@ -6,15 +6,16 @@ tables. The collector does not know that. Each young pass runs after 700
 container allocations, and every few passes of the next generation it
 scans the whole heap again, finding nothing. At `/ws` rates, where
 thousands of sends are under way at once, the sending node made about
-1,000 young passes and 8 full ones (30 ms each, 78,000 objects) in 80,000
-messages: 0.46 s of collection, 12 % of its CPU, and a 30 ms stall every
-few seconds (docs/performance-log.md, "The cycle collector").
+930 young passes and 7 full ones (29 ms each, 81,000 objects) in 80,000
+messages: 0.37 s of collection, an eighth of its CPU, and a 29 ms stall
+every few seconds (docs/performance-log.md, "Less interpreter around the
+compiled code").
 
 So the daemon moves what is alive once it has started into the permanent
 generation (`gc.freeze`), where no pass looks, and again once the full
 application has loaded aiohttp; and a young pass waits for YOUNG_THRESHOLD
 allocations. Garbage in cycles is still found: the message path makes
-almost none (1,870 objects in the same run), so waiting longer for it
+almost none (1,870 objects in a whole run), so waiting longer for it
 costs no memory worth counting. What the two freezes leave is an object
 alive then that later ends in a cycle: it is never collected, a fixed
 amount once per process, not per message.
