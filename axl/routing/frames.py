@@ -223,7 +223,7 @@ class Traffic:
     def head(self, watermark: int | None = None) -> bytes:
         """The body up to the payload. `watermark`, when given, is written
         instead of the stored one: a forwarder lowers it on every packet, and
-        a new frozen frame (as `dataclasses.replace` makes) costs more than
+        a new frame (as `dataclasses.replace` makes) costs more than
         the encoding itself."""
         return (encode_path(self.path) + encode_path(self.from_path) + self.source + self.dest
                 + encode_uvarint(self.watermark if watermark is None else watermark))
