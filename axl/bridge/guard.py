@@ -139,8 +139,8 @@ def _page_refusal(host: str, origin: str, loopback: bool) -> str | None:
 
 def _host_name(host: str) -> str:
     """A Host header's name or address, without its port or brackets."""
-    closing = host.find("]")
     if host.startswith("["):
+        closing = host.find("]")
         return host[1:closing] if closing > 0 else host
     if host.count(":") > 1:  # an IPv6 address without its brackets
         return host

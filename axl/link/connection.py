@@ -158,8 +158,8 @@ class Connection(asyncio.BufferedProtocol):
         self.counters = LinkCounters()
         self.socket: Any = None
         self.queue = FairQueue(byte_cap=settings.queue_byte_cap)
-        self.done: asyncio.Future[bool] = running_loop().create_future()
         self._loop = running_loop()
+        self.done: asyncio.Future[bool] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
         self._protocol: LinkConnection | None = None
         self._timer: asyncio.TimerHandle | None = None
