@@ -43,7 +43,8 @@ def test_connection_close_and_the_query_are_kept() -> None:
     b"GET /health HTTP/1.0",                                        # HTTP/1.0
     b"POST /send HTTP/1.1\r\nTransfer-Encoding: chunked",            # chunked body
     b"POST /send HTTP/1.1\r\nExpect: 100-continue",                  # 100-continue
-    b"GET /ws HTTP/1.1\r\nUpgrade: websocket",                       # WebSocket
+    b"GET /ws HTTP/1.1\r\nUpgrade: websocket",                       # a WebSocket upgrade without its key
+    b"GET /ws HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade",        # another upgrade
     b"POST /send HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1",  # two lengths
     b"POST /send HTTP/1.1\r\nContent-Length: -1",                    # not a length
     b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n  folded",                  # obsolete line folding
@@ -53,6 +54,30 @@ def test_connection_close_and_the_query_are_kept() -> None:
 ])
 def test_other_heads_are_left_to_the_full_application(head: bytes) -> None:
     assert parse_head(head) is None
+
+
+WS_KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
+WS_HEAD = (b"GET /ws?recv=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade"
+           b"\r\nSec-WebSocket-Key: " + WS_KEY + b"\r\nSec-WebSocket-Version: 13")
+
+
+def test_a_websocket_upgrade_head_is_read_with_its_key() -> None:
+    head = parse_head(WS_HEAD)
+    assert head is not None and (head.path, head.query) == ("/ws", "recv=1")
+    assert head.websocket_key == WS_KEY.decode()
+    plain = parse_head(b"GET /health HTTP/1.1")
+    assert plain is not None and plain.websocket_key == ""
+
+
+@pytest.mark.parametrize("change", [
+    (b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Version: 8"),
+    (b"Connection: keep-alive, Upgrade", b"Connection: keep-alive"),
+    (b"Upgrade: WebSocket", b"Upgrade: websocket2"),
+    (WS_KEY, b"c2hvcnQ="),
+    (WS_KEY, WS_KEY + b"\r\nSec-WebSocket-Key: " + WS_KEY),
+])
+def test_a_websocket_upgrade_rfc_6455_would_refuse_goes_to_the_full_application(change) -> None:
+    assert parse_head(WS_HEAD.replace(*change)) is None
 
 
 def test_an_answer_head_carries_its_length_and_the_close() -> None:

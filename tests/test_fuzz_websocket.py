@@ -1,5 +1,5 @@
 """What our code makes of WebSocket messages: the ws:// link's pump
-(axl.link.websocket) and the bridge's `GET /ws` (axl.bridge.ws). aiohttp
+(axl.link.websocket) and the bridge's `GET /ws` sessions (axl.bridge.streaming). aiohttp
 reads the frames themselves (masking, lengths, fragments, the message size
 limit) and is not fuzzed here; these tests start from the messages it
 hands over, in any sequence, of any size and text.
@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.bridge.api import InFlightBoard
-from axl.bridge.ws import KEY_SIZE, ProtocolViolation, StreamingSession, parse_done, parse_window
+from axl.bridge.streaming import KEY_SIZE, ProtocolViolation, StreamingSession, parse_done, parse_window
 from axl.budgets import WS_MAX_WINDOW
 from axl.errors import PeerUnreachable, status_for
 from axl.link.websocket import _pump

@@ -62,10 +62,10 @@ def test_a_node_sets_aside_its_start_up_heap_and_the_full_applications(tmp_path)
     try:
         wait_until(lambda: SET_ASIDE.search(node.log_path.read_text()), 10, what="the start-up freeze")
 
-        async def open_ws() -> None:
-            async with aiohttp.ClientSession() as http, http.ws_connect(f"{node.url}/ws"):
-                pass
-        asyncio.run(open_ws())
+        async def open_dashboard() -> None:
+            async with aiohttp.ClientSession() as http, http.get(f"{node.url}/dashboard/") as resp:
+                await resp.read()
+        asyncio.run(open_dashboard())
         wait_until(lambda: len(SET_ASIDE.findall(node.log_path.read_text())) == 2, 10,
                    what="the freeze after the full application loaded")
     finally:

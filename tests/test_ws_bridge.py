@@ -400,3 +400,101 @@ def test_a_refused_upgrade_leaves_nothing_for_shutdown_to_trip_on(tmp_path) -> N
     assert node.stop() == 0
     log = node.log_path.read_text()
     assert "Traceback" not in log and "never retrieved" not in log
+
+
+def masked(opcode: int, payload: bytes, final: bool = True) -> bytes:
+    """A client's frame of up to 125 bytes, masked with an all-zero mask."""
+    assert len(payload) <= 125
+    return bytes([(0x80 if final else 0) | opcode, 0x80 | len(payload)]) + bytes(4) + payload
+
+
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    """The next server frame: its opcode and (unmasked) payload."""
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            assert chunk, "the connection closed"
+            data += chunk
+        return data
+    first, second = exactly(2)
+    size = second & 0x7F
+    if size >= 126:
+        size = int.from_bytes(exactly(2 if size == 126 else 8), "big")
+    return first & 0x0F, exactly(size)
+
+
+def test_the_front_door_serves_ws_pings_and_fragments_without_the_full_application(tmp_path) -> None:
+    cluster = Cluster(tmp_path)
+    a = cluster.add("a")
+    b = cluster.add("b", peers=[a])
+    cluster.start_all()
+    try:
+        wait_until(lambda: a.send(b.peer_id, b"warm")[0] == 200, 30, what="a path a-b")
+        drain(b)
+        sock = raw_ws(a)
+        try:
+            sock.sendall(masked(0x9, b"are you there"))
+            assert read_frame(sock) == (0xA, b"are you there")
+            key = bytes.fromhex(b.peer_id)
+            sock.sendall(masked(0x2, key + b"one ", final=False) + masked(0x9, b"")
+                         + masked(0x0, b"two ", final=False) + masked(0x0, b"three"))
+            assert read_frame(sock) == (0xA, b"")
+            opcode, ack = read_frame(sock)
+            assert opcode == 0x1 and json.loads(ack) == {"ack": 1, "status": 200}
+            sock.sendall(masked(0x8, (1000).to_bytes(2, "big")))
+            assert read_frame(sock) == (0x8, (1000).to_bytes(2, "big"))
+        finally:
+            sock.close()
+        assert b.recv(10)[2] == b"one two three"
+        assert "full application loaded" not in a.log_path.read_text()
+    finally:
+        cluster.stop_all()
+
+
+@pytest.mark.parametrize("data, code", [
+    (bytes([0x82, 0x05]) + b"12345", 1002),  # not masked
+    (bytes([0x82, 0xFF]) + (1 << 30).to_bytes(8, "big") + bytes(4), 1009),  # over the message limit
+    (masked(0x1, b"\xff\xfe"), 1007),  # text that is not UTF-8
+])
+def test_a_frame_rfc_6455_forbids_closes_with_its_code(pair, data: bytes, code: int) -> None:
+    a, _ = pair
+    sock = raw_ws(a)
+    try:
+        sock.sendall(data)
+        opcode, payload = read_frame(sock)
+        assert opcode == 0x8 and int.from_bytes(payload[:2], "big") == code and payload[2:]
+        assert sock.recv(1) == b""  # and the node ends the connection
+    finally:
+        sock.close()
+
+
+def test_ws_on_a_connection_the_full_application_already_holds(clean) -> None:
+    """A keep-alive connection whose first request went to the full
+    application is served there: its /ws is aiohttp's, with the same session."""
+    a, b = clean
+    sock = socket.create_connection(("127.0.0.1", a.api_port), timeout=10)
+    try:
+        sock.sendall(b"GET /no-such-route HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(4096)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 404")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(body) < length:
+            body += sock.recv(4096)
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 101") and b"aiohttp/" in head  # aiohttp's Server header
+        sock.sendall(masked(0x2, frame(b, b"via aiohttp")))
+        opcode, ack = read_frame(sock)
+        assert opcode == 0x1 and json.loads(ack) == {"ack": 1, "status": 200}
+    finally:
+        sock.close()
+    assert b.recv(10)[2] == b"via aiohttp"

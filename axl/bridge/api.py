@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -98,7 +97,8 @@ class InFlightBoard:
     shows them: the most any one connection holds, and how often a
     connection's reading paused at each limit."""
 
-    flows: weakref.WeakSet[InFlight] = field(default_factory=weakref.WeakSet)
+    # each open connection's (it leaves when the connection ends)
+    flows: set[InFlight] = field(default_factory=set)
     paused_at_frames: int = 0
     paused_at_bytes: int = 0
 

@@ -3,10 +3,11 @@
 It serves the core routes' plain requests itself (axl.bridge.http1 says
 which are plain), one after another as HTTP/1.1 requires, with no task
 per /send: the node's future for the send writes the answer when it
-settles. The first request it declines (another route, a chunked or
-oversized body, `Expect`, a WebSocket upgrade, a malformed head) hands the
-connection, with every byte not yet served, to the full application
-(axl.bridge.app), which keeps it from then on. That application, and the
+settles. A WebSocket upgrade to /ws it serves too, for as long as the
+connection lasts (axl.bridge.wsnative). The first request it declines
+(another route, a chunked or oversized body, `Expect`, a malformed head)
+hands the connection, with every byte not yet served, to the full
+application (axl.bridge.app), which keeps it from then on. That application, and the
 framework under it, load on the first such request, so a node that only
 sends and receives never loads them.
 
@@ -35,21 +36,25 @@ import logging
 import socket
 import termios
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qsl
 
 from axl.bridge import api
-from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
+from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
 from axl.bridge.guard import BridgeGuard, PageGuard, unauthorized
 from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
                               text_answer)
+from axl.bridge.streaming import StreamingSession, StreamRefused, max_frame, session_window
+from axl.bridge.wsframes import GOING_AWAY, accept_token
+from axl.bridge.wsnative import NativeSocket
 from axl.budgets import MAX_HEAD, MAX_READ_AHEAD, READ_AHEAD_PER_NODE, BudgetUse
 from axl.eventloop import running_loop
 from axl.observe.httpstats import HttpStats
 from axl.readbuffer import ReadBuffer
+from axl.tasks import start_task
 
 log = logging.getLogger("axl.bridge")
 
@@ -99,6 +104,8 @@ class FrontDoor:
     read_ahead: int = 0
     # times a connection's reading paused at its own budget, or at the node's
     held_back: dict[str, int] = field(default_factory=lambda: {"connection": 0, "node": 0})
+    # what the /ws connections' sends hold, for /metrics
+    in_flight: InFlightBoard = field(default_factory=InFlightBoard)
 
     def budget_use(self) -> list[BudgetUse]:
         most = max((len(connection.ahead) for connection in self.connections), default=0)
@@ -114,6 +121,14 @@ class FrontDoor:
     def handing_over(self) -> bool:
         """Whether a connection holds /recv messages not yet proven received."""
         return any(connection.handoff.pending for connection in self.connections)
+
+    async def close_streams(self, timeout: float) -> None:
+        """Close the /ws connections (1001, going away), waiting `timeout` at
+        most for their clients to answer."""
+        closing = [connection.close_stream(GOING_AWAY, "node stopping") for connection in self.connections]
+        waits = {asyncio.ensure_future(close) for close in closing if close is not None}
+        if waits:
+            await asyncio.wait(waits, timeout=timeout)
 
     def finish_all(self) -> None:
         """End every connection, waiting for the clients of unproven /recv answers (BridgeConnection.finish)."""
@@ -160,6 +175,7 @@ class _State(enum.Enum):
     ANSWERING = "answering a request"
     HANDING_OFF = "waiting for the full application"
     HANDED_OFF = "served by the full application"
+    STREAMING = "serving a /ws WebSocket"
     ENDING = "half-closed, waiting for the client to end the connection"
     CLOSED = "closed"
 
@@ -193,6 +209,8 @@ class BridgeConnection(asyncio.Protocol):
         self._ack_poll: asyncio.TimerHandle | None = None
         # the transport as the full application sees it, once handed off
         self._shown: HandedTransport | None = None
+        # the WebSocket, once upgraded for /ws
+        self._socket: NativeSocket | None = None
 
     @property
     def busy(self) -> bool:
@@ -214,6 +232,9 @@ class BridgeConnection(asyncio.Protocol):
             transport = self.transport
             assert transport is not None  # set by connection_made
             transport.close()
+        elif state is _State.STREAMING:
+            assert self._socket is not None
+            self._socket.feed(data)
         elif state is _State.HANDED_OFF:
             assert self._inner is not None
             self._inner.data_received(data)
@@ -254,6 +275,8 @@ class BridgeConnection(asyncio.Protocol):
         api.not_received(self.door.node, self.handoff.broken(), "was reset" if exc is not None else "closed")
         self.door.clients.closed(self.transport)
         self.door.connections.discard(self)
+        if self._socket is not None:
+            self._socket.lost()
         if self._inner is not None:
             # Next turn: a connection handed over in this same turn has a
             # request task that has not run yet, and aiohttp's task fails
@@ -263,11 +286,15 @@ class BridgeConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._inner is not None:
             self._inner.pause_writing()
+        if self._socket is not None:
+            self._socket.pause_writing()
         self._writing_paused = True
 
     def resume_writing(self) -> None:
         if self._inner is not None:
             self._inner.resume_writing()
+        if self._socket is not None:
+            self._socket.resume_writing()
         self._writing_paused = False
         if self._state is _State.HEAD:
             self._advance()
@@ -415,6 +442,8 @@ class BridgeConnection(asyncio.Protocol):
 
     def _route_for(self, head: RequestHead) -> Callable[[RequestHead], None] | None:
         """The core route serving `head`, or None for the full application."""
+        if head.websocket_key:
+            return self._websocket if head.method == "GET" and head.path == "/ws" and not head.content_length else None
         if head.method == "POST" and head.path == "/send":
             return self._send if head.content_length <= self.door.node.max_message_size else None
         if head.method != "GET" or head.content_length:
@@ -548,6 +577,51 @@ class BridgeConnection(asyncio.Protocol):
         else:
             self.handoff.written(message)  # before the answer, which may end the connection
             self._answer(answer)
+
+    def _websocket(self, head: RequestHead) -> None:
+        """GET /ws: refuse with the HTTP error, or upgrade and serve the
+        session here (axl.bridge.wsnative) until the connection ends."""
+        door = self.door
+        query = _query_pairs(head.query)
+        try:
+            window = session_window(query.get("recv") == "1", query.get("window"), door.receiver)
+        except StreamRefused as exc:
+            self._answer(text_answer(exc.status, str(exc)))
+            return
+        transport = self.transport
+        assert transport is not None  # the request came on it
+        self._state = _State.STREAMING
+        self._deadline = None
+        transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Accept: %s\r\n%s" % (accept_token(head.websocket_key).encode(),
+                                                              door.date.now()))
+        socket = self._socket = NativeSocket(transport, max_frame(door.node))
+        if window is not None:
+            door.receiver.holder = socket
+        gone = door.clients.gone(transport) or asyncio.Event()
+        session = StreamingSession(door.node, socket, window, gone, door.in_flight)
+        start_task(self._serve_stream(session, socket), log, "ws session")
+        early = self.ahead.take_all()
+        if early:
+            socket.feed(early)
+        self._resume_reading()
+
+    async def _serve_stream(self, session: StreamingSession, socket: NativeSocket) -> None:
+        # The close handshake is answered only after the undone messages are
+        # back in the queue and the slot is free: a client that reconnects as
+        # soon as its close completes finds both.
+        try:
+            await session.run()
+        finally:
+            if self.door.receiver.holder is socket:
+                self.door.receiver.holder = None
+        await socket.close()
+        self.door.http.observe("/ws", 101, time.monotonic() - self._started)
+        await session.finish_sends()
+
+    def close_stream(self, code: int, reason: str) -> Awaitable[None] | None:
+        """Close this connection's WebSocket, if it has one."""
+        return self._socket.close(code, reason) if self._socket is not None else None
 
     # -- answering ---------------------------------------------------------
 
@@ -781,6 +855,14 @@ def unacknowledged(transport: asyncio.Transport) -> int | None:
     return transport.get_write_buffer_size() + queued[0]
 
 
+def _query_pairs(query: str) -> dict[str, str]:
+    """A query string's names and their first values, percent-decoded."""
+    pairs: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        pairs.setdefault(key, value)
+    return pairs
+
+
 def _query_value(query: str, name: str, default: str) -> str:
     """The first value of `name` in a query string, percent-decoded."""
     if not query:
@@ -791,7 +873,4 @@ def _query_value(query: str, name: str, default: str) -> str:
             if key == name:
                 return value
         return default
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key == name:
-            return value
-    return default
+    return _query_pairs(query).get(name, default)

@@ -1,12 +1,12 @@
 """HTTP/1.1 request heads and responses for the bridge's own routes, sans-IO.
 
 The bridge answers its core routes (`POST /send`, `GET /recv`, `GET
-/topology`, `GET /health`, `GET /metrics`) itself, because a general framework's request
-machinery costs more per message than the node's overlay work does. This
-module reads only the plain requests those routes get; anything else it
-declines (`parse_head` returns None), and the connection goes to the full
-application, which handles every other form (docs/architecture.md, "The
-bridge").
+/topology`, `GET /health`, `GET /metrics`, and the WebSocket upgrade of `GET
+/ws`) itself, because a general framework's request machinery costs more
+per message than the node's overlay work does. This module reads only the
+plain requests those routes get; anything else it declines (`parse_head`
+returns None), and the connection goes to the full application, which
+handles every other form (docs/architecture.md, "The bridge").
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from functools import lru_cache
 from http import HTTPStatus
+
+from axl.bridge.wsframes import valid_key
 
 HEAD_END = b"\r\n\r\n"
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
@@ -42,9 +44,11 @@ class RequestHead:
     authorization: str  # the Authorization header, for the bridge token
     host: str  # the Host and Origin headers ("" when absent), for the page guard
     origin: str
+    websocket_key: str  # Sec-WebSocket-Key of a WebSocket upgrade ("" for any other request)
 
     def __init__(self, method: str, path: str, query: str, content_length: int, keep_alive: bool,
-                 destination: str, authorization: str = "", host: str = "", origin: str = "") -> None:
+                 destination: str, authorization: str = "", host: str = "", origin: str = "",
+                 websocket_key: str = "") -> None:
         self.method = method
         self.path = path
         self.query = query
@@ -54,6 +58,7 @@ class RequestHead:
         self.authorization = authorization
         self.host = host
         self.origin = origin
+        self.websocket_key = websocket_key
 
 
 def parse_head(head: bytes) -> RequestHead | None:
@@ -77,11 +82,17 @@ def read_head(head: bytes) -> RequestHead | None:
     if _HEADER_LINES.fullmatch(block, 2) is None:
         return None
     lowered = block.lower()
-    # The full application has the rules for 100-continue, chunked bodies, upgrades and repeated headers.
-    if (b"\r\nexpect:" in lowered or b"\r\ntransfer-encoding:" in lowered or b"\r\nupgrade:" in lowered
+    # The full application has the rules for 100-continue, chunked bodies,
+    # upgrades other than a plain WebSocket one, and repeated headers.
+    if (b"\r\nexpect:" in lowered or b"\r\ntransfer-encoding:" in lowered
             or lowered.count(b"\r\ncontent-length:") > 1 or lowered.count(b"\r\nhost:") > 1
             or lowered.count(b"\r\norigin:") > 1):
         return None
+    websocket_key = ""
+    if b"\r\nupgrade:" in lowered:
+        websocket_key = _websocket_key(block, lowered)
+        if not websocket_key:
+            return None
     # An empty Content-Length is no length at all (not 0): the full application refuses it.
     length_text = _header(block, lowered, b"\r\ncontent-length:") if b"\r\ncontent-length:" in lowered else b"0"
     if not length_text.isdigit() or len(length_text) > 18:
@@ -92,7 +103,7 @@ def read_head(head: bytes) -> RequestHead | None:
                        _header(block, lowered, b"\r\nx-destination-peer-id:").decode("latin-1"),
                        _header(block, lowered, b"\r\nauthorization:").decode("latin-1"),
                        _header(block, lowered, b"\r\nhost:").decode("latin-1"),
-                       _header(block, lowered, b"\r\norigin:").decode("latin-1"))
+                       _header(block, lowered, b"\r\norigin:").decode("latin-1"), websocket_key)
 
 
 _read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)
@@ -100,16 +111,32 @@ _read_head_cached = lru_cache(maxsize=CACHED_HEADS)(read_head)
 
 def _asks_to_close(lowered: bytes) -> bool:
     """Whether a Connection header (any of them) lists the token `close`."""
-    if b"close" not in lowered:
-        return False
+    return b"close" in lowered and _lists_token(lowered, b"close")
+
+
+def _lists_token(lowered: bytes, token: bytes) -> bool:
+    """Whether a Connection header (any of them) lists `token` (lower case)."""
     start = lowered.find(b"\r\nconnection:")
     while start >= 0:
         start += len(b"\r\nconnection:")
         end = lowered.find(b"\r\n", start)
-        if b"close" in [token.strip(b" \t") for token in lowered[start:end].split(b",")]:
+        if token in [listed.strip(b" \t") for listed in lowered[start:end].split(b",")]:
             return True
         start = lowered.find(b"\r\nconnection:", end)
     return False
+
+
+def _websocket_key(block: bytes, lowered: bytes) -> str:
+    """The Sec-WebSocket-Key of a well-formed WebSocket upgrade (RFC 6455
+    4.2.1: Upgrade: websocket, a Connection listing upgrade, version 13, one
+    key of 16 bytes), or "" for any other head with an Upgrade header."""
+    if (lowered.count(b"\r\nupgrade:") > 1 or lowered.count(b"\r\nsec-websocket-key:") != 1
+            or _header(block, lowered, b"\r\nupgrade:").lower() != b"websocket"
+            or _header(block, lowered, b"\r\nsec-websocket-version:") != b"13"
+            or not _lists_token(lowered, b"upgrade")):
+        return ""
+    key = _header(block, lowered, b"\r\nsec-websocket-key:").decode("latin-1")
+    return key if valid_key(key) else ""
 
 
 def _header(block: bytes, lowered: bytes, line_start: bytes) -> bytes:

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from axl.adapters.counts import AdapterCounts
-from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
+from axl.bridge.api import BridgeNode, ClientWatch, ReceiverSlot
 from axl.bridge.front import KEEPALIVE_TIMEOUT, BridgeConnection, FrontDoor, ProtocolFactory
 from axl.bridge.guard import BridgeGuard, page_guard
+from axl.bridge.streaming import STOP_CLOSE_TIMEOUT
 from axl.config import NodeConfig
 from axl.localsocket import bind_unix_socket, is_loopback, remove_socket
 from axl.observe.observatory import Observatory
@@ -45,7 +46,7 @@ class BridgeServer:
                                self._metrics, page_guard(config),
                                BridgeGuard(config.bridge_token) if config.bridge_token else None)
         node.budgets.add(self._door.budget_use)
-        self.in_flight = InFlightBoard()
+        self.in_flight = self._door.in_flight
         node.budgets.add(self.in_flight.usage)
         self._server: asyncio.Server | None = None
         self._full: asyncio.Future[ProtocolFactory] | None = None
@@ -109,6 +110,7 @@ class BridgeServer:
             await asyncio.wait({self._full})
         if self._full_app is not None:
             await self._full_app.stop()
+        await self._door.close_streams(STOP_CLOSE_TIMEOUT)
         deadline = time.monotonic() + ANSWER_STOP_TIMEOUT
         while self._door.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

@@ -1,0 +1,231 @@
+"""The front door's own WebSocket: a /ws session's MessageSocket on the client's transport.
+
+After the upgrade the front door hands every byte it reads to `feed` and
+says when the connection ends (`lost`) or its writing pauses. The socket
+reads messages out of those bytes when the session asks (axl.bridge.wsframes),
+so a session that stops asking (its sends in flight are at their limit)
+stops the reading too once READ_LIMIT bytes wait; it reads on whenever the
+session waits for more. Pings are answered as they are read.
+
+Frames written in one turn of the loop go to the transport together at its
+end (a burst of acks or deliveries is one system call), and a write waits
+while the transport is over its high-water mark, so a client that does not
+read is not written to without bound.
+
+Closing follows RFC 6455: the side that closes first waits (CLOSE_TIMEOUT
+at most) for the other's close frame, then the transport closes. A
+protocol error closes at once, with the FrameError's code and reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from axl.bridge.wsframes import (BINARY, CLOSE, INVALID_DATA, NORMAL_CLOSURE, PING, PONG, TEXT, FrameError,
+                                 FrameReader, close_frame, frame_head, read_close)
+from axl.budgets import MAX_READ_AHEAD
+from axl.eventloop import running_loop
+
+log = logging.getLogger("axl.bridge")
+
+# Bytes read and held while the session does not ask for them, before the reading pauses.
+READ_LIMIT = MAX_READ_AHEAD
+# Frames smaller than this wait for the end of the turn; a larger one goes at once, after those.
+GATHER_LIMIT = 64 << 10
+CLOSE_TIMEOUT = 5.0
+"""How long a close waits for the client's own close frame."""
+
+
+class NativeSocket:
+    """One upgraded connection's WebSocket, server side."""
+
+    def __init__(self, transport: asyncio.Transport, max_message: int) -> None:
+        self._transport = transport
+        self._reader = FrameReader(max_message)
+        self._arrival: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._gathered: list[bytes] = []
+        self._gathered_bytes = 0
+        self._drained: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._close_sent = False
+        self._close_received = False
+        self._lost = False
+        # a protocol error: nothing more is read
+        self._broken = False
+        self._closing: asyncio.Future[None] | None = None
+        # what the client's close frame said, for the log
+        self.close_code = 0
+
+    # -- from the connection ---------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        self._reader.feed(data)
+        arrival = self._arrival
+        if arrival is not None:
+            self._arrival = None
+            if not arrival.done():
+                arrival.set_result(None)
+        elif not self._reading_paused and len(self._reader) > READ_LIMIT:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def lost(self) -> None:
+        """The connection has ended: reads end, writes fail."""
+        self._lost = True
+        self._gathered = []
+        self._gathered_bytes = 0
+        for waiter in (self._arrival, self._drained):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        self._arrival = self._drained = None
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        drained = self._drained
+        if drained is not None:
+            self._drained = None
+            if not drained.done():
+                drained.set_result(None)
+
+    # -- the session's MessageSocket -------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._close_sent or self._lost
+
+    async def receive(self) -> tuple[int, bytes]:
+        if self._close_sent or self._close_received:
+            return CLOSE, b""
+        return await self._next_message()
+
+    async def send_text(self, text: str) -> None:
+        await self.send_frame(TEXT, text.encode())
+
+    async def send_binary(self, data: bytes) -> None:
+        await self.send_frame(BINARY, data)
+
+    async def send_frame(self, opcode: int, payload: bytes) -> None:
+        if self._close_sent or self._lost:
+            raise ConnectionError("the /ws connection is closed")
+        self._write(frame_head(opcode, len(payload)), payload)
+        if self._writing_paused:
+            await self._drain()
+
+    async def close(self, code: int = NORMAL_CLOSURE, reason: str = "") -> None:
+        """Send our close (once), wait for the client's, and end the connection."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(code, reason))
+        await asyncio.shield(self._closing)
+
+    # -- reading ---------------------------------------------------------
+
+    async def _next_message(self) -> tuple[int, bytes]:
+        """The next data message, answering pings and skipping pongs on the
+        way; (CLOSE, b"") once the client closed, left or broke the protocol."""
+        reader = self._reader
+        while not (self._lost or self._broken):
+            try:
+                message = reader.next_message()
+                if message is None:
+                    await self._more()
+                    continue
+                opcode = message[0]
+                if opcode == BINARY:
+                    return message
+                if opcode == TEXT:
+                    _check_text(message[1])
+                    return message
+                if opcode == PING:
+                    self._write(frame_head(PONG, len(message[1])), message[1])
+                elif opcode == CLOSE:
+                    self.close_code = read_close(message[1])[0]
+                    self._close_received = True
+                    return CLOSE, b""
+            except FrameError as exc:
+                self._fail(exc)
+                return CLOSE, b""
+        return CLOSE, b""
+
+    async def _more(self) -> None:
+        """Wait for the client's next bytes, reading on if paused."""
+        if self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        arrival = self._arrival = running_loop().create_future()
+        await arrival
+
+    def _fail(self, error: FrameError) -> None:
+        log.info("/ws client broke the protocol: %s; closing with %d", error.reason, error.code)
+        self._broken = True
+        if not self._close_sent:
+            self._close_sent = True
+            self._write(close_frame(error.code, error.reason), b"")
+        self._flush()
+        self._transport.close()
+
+    # -- writing -----------------------------------------------------------
+
+    def _write(self, head: bytes, payload: bytes) -> None:
+        if self._lost:
+            return
+        if len(payload) >= GATHER_LIMIT:
+            self._flush()
+            self._transport.write(head)
+            self._transport.write(payload)
+            return
+        if not self._gathered:
+            running_loop().call_soon(self._flush)
+        self._gathered.append(head + payload)
+        self._gathered_bytes += len(head) + len(payload)
+        if self._gathered_bytes >= GATHER_LIMIT:
+            self._flush()
+
+    def _flush(self) -> None:
+        gathered = self._gathered
+        if not gathered:
+            return
+        self._gathered = []
+        self._gathered_bytes = 0
+        if self._lost or self._transport.is_closing():
+            return
+        self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+
+    async def _drain(self) -> None:
+        if self._drained is None:
+            self._drained = running_loop().create_future()
+        await self._drained
+        if self._lost:
+            raise ConnectionError("the /ws connection ended")
+
+    # -- closing -----------------------------------------------------------
+
+    async def _close(self, code: int, reason: str) -> None:
+        if self._lost:
+            return
+        if not self._close_sent:
+            self._close_sent = True
+            self._write(close_frame(code, reason), b"")
+            self._flush()
+        if not self._close_received:
+            try:
+                await asyncio.wait_for(self._client_close(), CLOSE_TIMEOUT)
+            except TimeoutError:
+                log.info("a /ws client did not answer the node's close within %gs", CLOSE_TIMEOUT)
+        self._transport.close()
+
+    async def _client_close(self) -> None:
+        """Read (and drop) what the client still sends, until its close frame."""
+        while not (self._close_received or self._lost or self._broken):
+            await self._next_message()
+
+
+def _check_text(payload: bytes) -> None:
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FrameError(INVALID_DATA, "a text message that is not UTF-8") from None
