@@ -469,32 +469,44 @@ def test_a_frame_rfc_6455_forbids_closes_with_its_code(pair, data: bytes, code: 
         sock.close()
 
 
+def ws_after_the_full_application(node, query: str = "") -> socket.socket:
+    """A WebSocket opened on a keep-alive connection whose first request
+    went to the full application, which serves the upgrade with aiohttp."""
+    sock = socket.create_connection(("127.0.0.1", node.api_port), timeout=10)
+    sock.sendall(b"GET /no-such-route HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(4096)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        body += sock.recv(4096)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(f"GET /ws{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101") and b"aiohttp/" in head  # aiohttp's Server header
+    return sock
+
+
 def test_ws_on_a_connection_the_full_application_already_holds(clean) -> None:
-    """A keep-alive connection whose first request went to the full
-    application is served there: its /ws is aiohttp's, with the same session."""
+    """The same session serves aiohttp's /ws: sends acknowledged, deliveries marked done."""
     a, b = clean
-    sock = socket.create_connection(("127.0.0.1", a.api_port), timeout=10)
+    sender, receiver = ws_after_the_full_application(a), ws_after_the_full_application(b, "?recv=1")
     try:
-        sock.sendall(b"GET /no-such-route HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += sock.recv(4096)
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 404")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:")))
-        while len(body) < length:
-            body += sock.recv(4096)
-        key = base64.b64encode(os.urandom(16)).decode()
-        sock.sendall(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += sock.recv(1)
-        assert head.startswith(b"HTTP/1.1 101") and b"aiohttp/" in head  # aiohttp's Server header
-        sock.sendall(masked(0x2, frame(b, b"via aiohttp")))
-        opcode, ack = read_frame(sock)
+        sender.sendall(masked(0x2, frame(b, b"via aiohttp")))
+        opcode, ack = read_frame(sender)
         assert opcode == 0x1 and json.loads(ack) == {"ack": 1, "status": 200}
+        opcode, delivery = read_frame(receiver)
+        assert opcode == 0x2 and delivery[8:40].hex() == a.peer_id and delivery[40:] == b"via aiohttp"
+        receiver.sendall(masked(0x1, json.dumps({"done": int.from_bytes(delivery[:8], "big")}).encode()))
+        receiver.sendall(masked(0x8, (1000).to_bytes(2, "big")))
+        assert read_frame(receiver)[0] == 0x8
     finally:
-        sock.close()
-    assert b.recv(10)[2] == b"via aiohttp"
+        sender.close()
+        receiver.close()
+    assert b.recv(0.5)[0] == 204  # marked done: not delivered again

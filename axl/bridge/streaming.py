@@ -65,15 +65,22 @@ class MessageSocket(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    def poll(self) -> tuple[int, bytes] | None:
+        """The next message if it is already here, else None (then `receive`)."""
+
     async def receive(self) -> tuple[int, bytes]:
         """The next message: (BINARY, payload), (TEXT, its UTF-8 bytes), or
         (CLOSE, b"") once the client has closed, left or broken the protocol."""
 
-    async def send_text(self, text: str) -> None:
-        """Write a text frame; ConnectionError once the client has gone."""
+    def write_text(self, text: str) -> None:
+        """Queue a text frame; ConnectionError once the client has gone."""
 
-    async def send_binary(self, data: bytes) -> None:
-        """Write a binary frame; ConnectionError once the client has gone."""
+    def write_binary(self, data: bytes) -> None:
+        """Queue a binary frame; ConnectionError once the client has gone."""
+
+    async def drain(self) -> None:
+        """Wait until the frames queued can be taken by the connection (its
+        buffer below the high-water mark); ConnectionError once the client has gone."""
 
     async def close(self, code: int, reason: str) -> None: ...
 
@@ -267,7 +274,8 @@ class StreamingSession:
                 await _first_of(self._flow.room, self.gone)
                 if self.gone.is_set():
                     return
-            kind, data = await self.ws.receive()
+            message = self.ws.poll()
+            kind, data = message if message is not None else await self.ws.receive()
             try:
                 if kind == BINARY:
                     self._accept_send(data)
@@ -359,17 +367,19 @@ class StreamingSession:
             await self._acks_ready.wait()
             self._acks_ready.clear()
             acks, self._acks = self._acks, []
-            for index, (text, size) in enumerate(acks):
-                try:
-                    await self.ws.send_text(text)
-                except ConnectionError:
-                    # While reading is paused the client's close goes unseen; a
-                    # failed write is then how its departure shows.
-                    log.info("/ws client left with %d acks unwritten", len(acks) - index)
-                    self.gone.set()
-                    self._acks[:0] = acks[index:]
-                    self._drop_unstarted()
-                    return
+            try:
+                for text, _ in acks:
+                    self.ws.write_text(text)
+                await self.ws.drain()
+            except ConnectionError:
+                # While reading is paused the client's close goes unseen; a
+                # failed write is then how its departure shows.
+                log.info("/ws client left with %d acks unwritten", len(acks))
+                self.gone.set()
+                self._acks[:0] = acks
+                self._drop_unstarted()
+                return
+            for _, size in acks:
                 self._flow.remove(size)
 
     def _accept_done(self, text: str | bytes) -> None:
@@ -394,13 +404,14 @@ class StreamingSession:
                 await self._room_to_deliver.wait()
                 continue
             message = await self.node.recv(RECV_POLL)
-            while message is not None:
-                self._delivered[message.id] = message
-                try:
-                    await self.ws.send_binary(delivery_frame(message))
-                except ConnectionError:
-                    return
-                message = self.node.take_nowait() if len(self._delivered) < window else None
+            try:
+                while message is not None:
+                    self._delivered[message.id] = message
+                    self.ws.write_binary(delivery_frame(message))
+                    message = self.node.take_nowait() if len(self._delivered) < window else None
+                await self.ws.drain()
+            except ConnectionError:
+                return
 
     def _give_back_undone(self) -> None:
         if self._delivered:

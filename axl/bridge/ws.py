@@ -30,14 +30,19 @@ _ENDS = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
 class AiohttpSocket:
-    """aiohttp's server WebSocket as a session's MessageSocket."""
+    """aiohttp's server WebSocket as a session's MessageSocket: frames
+    queued by the write methods are sent by `drain`."""
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
+        self._queued: list[tuple[int, bytes]] = []
 
     @property
     def closed(self) -> bool:
         return self.ws.closed
+
+    def poll(self) -> tuple[int, bytes] | None:
+        return None
 
     async def receive(self) -> tuple[int, bytes]:
         while True:
@@ -49,15 +54,20 @@ class AiohttpSocket:
             if message.type in _ENDS:
                 return CLOSE, b""
 
-    async def send_text(self, text: str) -> None:
-        try:
-            await self.ws.send_str(text)
-        except ClientConnectionError as exc:
-            raise ConnectionError(str(exc)) from None
+    def write_text(self, text: str) -> None:
+        self._queued.append((TEXT, text.encode()))
 
-    async def send_binary(self, data: bytes) -> None:
+    def write_binary(self, data: bytes) -> None:
+        self._queued.append((BINARY, data))
+
+    async def drain(self) -> None:
+        queued, self._queued = self._queued, []
         try:
-            await self.ws.send_bytes(data)
+            for opcode, data in queued:
+                if opcode == TEXT:
+                    await self.ws.send_str(data.decode())
+                else:
+                    await self.ws.send_bytes(data)
         except ClientConnectionError as exc:
             raise ConnectionError(str(exc)) from None
 

@@ -98,42 +98,18 @@ class NativeSocket:
     def closed(self) -> bool:
         return self._close_sent or self._lost
 
-    async def receive(self) -> tuple[int, bytes]:
-        if self._close_sent or self._close_received:
+    def poll(self) -> tuple[int, bytes] | None:
+        """A message already read: (BINARY, payload) or (TEXT, UTF-8 bytes),
+        answering pings and skipping pongs on the way; (CLOSE, b"") once the
+        client closed, left or broke the protocol; None until more bytes come."""
+        if self._close_sent or self._close_received or self._lost or self._broken:
             return CLOSE, b""
-        return await self._next_message()
-
-    async def send_text(self, text: str) -> None:
-        await self.send_frame(TEXT, text.encode())
-
-    async def send_binary(self, data: bytes) -> None:
-        await self.send_frame(BINARY, data)
-
-    async def send_frame(self, opcode: int, payload: bytes) -> None:
-        if self._close_sent or self._lost:
-            raise ConnectionError("the /ws connection is closed")
-        self._write(frame_head(opcode, len(payload)), payload)
-        if self._writing_paused:
-            await self._drain()
-
-    async def close(self, code: int = NORMAL_CLOSURE, reason: str = "") -> None:
-        """Send our close (once), wait for the client's, and end the connection."""
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close(code, reason))
-        await asyncio.shield(self._closing)
-
-    # -- reading ---------------------------------------------------------
-
-    async def _next_message(self) -> tuple[int, bytes]:
-        """The next data message, answering pings and skipping pongs on the
-        way; (CLOSE, b"") once the client closed, left or broke the protocol."""
         reader = self._reader
-        while not (self._lost or self._broken):
-            try:
+        try:
+            while True:
                 message = reader.next_message()
                 if message is None:
-                    await self._more()
-                    continue
+                    return None
                 opcode = message[0]
                 if opcode == BINARY:
                     return message
@@ -146,10 +122,43 @@ class NativeSocket:
                     self.close_code = read_close(message[1])[0]
                     self._close_received = True
                     return CLOSE, b""
-            except FrameError as exc:
-                self._fail(exc)
-                return CLOSE, b""
-        return CLOSE, b""
+        except FrameError as exc:
+            self._fail(exc)
+            return CLOSE, b""
+
+    async def receive(self) -> tuple[int, bytes]:
+        while True:
+            message = self.poll()
+            if message is not None:
+                return message
+            await self._more()
+
+    def write_text(self, text: str) -> None:
+        self.write_frame(TEXT, text.encode())
+
+    def write_binary(self, data: bytes) -> None:
+        self.write_frame(BINARY, data)
+
+    def write_frame(self, opcode: int, payload: bytes) -> None:
+        if self._close_sent or self._lost:
+            raise ConnectionError("the /ws connection is closed")
+        self._write(frame_head(opcode, len(payload)), payload)
+
+    async def drain(self) -> None:
+        if self._writing_paused and not self._lost:
+            if self._drained is None:
+                self._drained = running_loop().create_future()
+            await self._drained
+        if self._lost:
+            raise ConnectionError("the /ws connection ended")
+
+    async def close(self, code: int = NORMAL_CLOSURE, reason: str = "") -> None:
+        """Send our close (once), wait for the client's, and end the connection."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(code, reason))
+        await asyncio.shield(self._closing)
+
+    # -- reading ---------------------------------------------------------
 
     async def _more(self) -> None:
         """Wait for the client's next bytes, reading on if paused."""
@@ -195,13 +204,6 @@ class NativeSocket:
             return
         self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
 
-    async def _drain(self) -> None:
-        if self._drained is None:
-            self._drained = running_loop().create_future()
-        await self._drained
-        if self._lost:
-            raise ConnectionError("the /ws connection ended")
-
     # -- closing -----------------------------------------------------------
 
     async def _close(self, code: int, reason: str) -> None:
@@ -220,8 +222,17 @@ class NativeSocket:
 
     async def _client_close(self) -> None:
         """Read (and drop) what the client still sends, until its close frame."""
+        reader = self._reader
         while not (self._close_received or self._lost or self._broken):
-            await self._next_message()
+            try:
+                message = reader.next_message()
+            except FrameError as exc:
+                self._fail(exc)
+                return
+            if message is None:
+                await self._more()
+            elif message[0] == CLOSE:
+                self._close_received = True
 
 
 def _check_text(payload: bytes) -> None:
