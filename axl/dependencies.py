@@ -1,7 +1,9 @@
 """Dependencies whose private parts AXL uses, checked before the node starts.
 
 PyNaCl's cffi handle on libsodium and aioquic's stream-buffer offsets have
-no public equivalent fast or exact enough (docs/security.md, "Dependencies'
+no public equivalent fast or exact enough (nor aiohttp's WebSocket masking
+function, looked for by axl.bridge.wsframes on the first /ws frame, since
+only /ws loads aiohttp there) (docs/security.md, "Dependencies'
 private surfaces"). pyproject.toml caps each package below its next major
 version; within that range a release may still drop a private part, so the
 node looks before it starts instead of failing on its first packet: PyNaCl
@@ -17,7 +19,7 @@ import logging
 
 from axl.sessions import crypto
 
-SUPPORTED = {"PyNaCl": ">=1.6,<2", "aioquic": ">=1.0,<2"}
+SUPPORTED = {"PyNaCl": ">=1.6,<2", "aioquic": ">=1.0,<2", "aiohttp": ">=3.9,<4"}
 """The versions pyproject.toml allows of the packages whose private parts are checked."""
 
 log = logging.getLogger("axl.node")

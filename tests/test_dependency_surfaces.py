@@ -58,8 +58,36 @@ def stream_sender_without_offset():
 
 def test_each_package_reached_into_is_capped_below_its_next_major():
     dependencies_listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    for package, supported in {**SUPPORTED, "aiohttp": ">=3.9,<4"}.items():
+    for package, supported in SUPPORTED.items():
         assert f"{package.lower()}{supported}" in dependencies_listed
+
+
+def test_aiohttp_still_has_the_websocket_masking_function():
+    from aiohttp._websocket.mask import _websocket_mask_cython
+
+    data = bytearray(b"payload")
+    _websocket_mask_cython(b"\x01\x02\x03\x04", data)
+    assert data == bytes(byte ^ (1, 2, 3, 4)[index % 4] for index, byte in enumerate(b"payload"))
+
+
+def test_without_it_frames_are_unmasked_with_tables():
+    """A child interpreter whose aiohttp lacks the function: the first frame
+    logs one warning naming it, and the payload still comes out right."""
+    code = """
+import logging, sys
+logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+import aiohttp._websocket.mask as mask
+del mask._websocket_mask_cython
+from axl.bridge import wsframes
+print(wsframes.unmask(b"\\x01\\x02\\x03\\x04", b"\\x01\\x02\\x03\\x04\\x05") == b"\\x00\\x00\\x00\\x00\\x04")
+print(wsframes._MASKERS == [wsframes.mask_in_place])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    lines = out.stdout.splitlines()
+    assert lines[-2:] == ["True", "True"], out
+    warning = [line for line in lines if line.startswith("WARNING")]
+    assert len(warning) == 1 and "lacks aiohttp._websocket.mask._websocket_mask_cython" in warning[0]
+    assert "AXL supports aiohttp >=3.9,<4" in warning[0]
 
 
 def test_uvicorn_still_has_the_signal_hook_the_a2a_server_replaces():

@@ -21,9 +21,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 from collections.abc import Callable
 
+from axl.dependencies import unsupported
 from axl.readbuffer import ReadBuffer
+
+log = logging.getLogger("axl.bridge")
 
 CONTINUATION = 0x0
 TEXT = 0x1
@@ -52,6 +56,7 @@ _MASKED = 0x80
 # _XOR_TABLES[m] maps each byte to itself XOR m, made when first needed (64
 # KiB a node that never serves /ws does not hold).
 _XOR_TABLES: list[bytes] = []
+PRIVATE_MASKER = "aiohttp._websocket.mask._websocket_mask_cython"
 # The function unmasking payloads (_choose_masker), once chosen.
 _MASKERS: list[Callable[[bytes, bytearray], None]] = []
 
@@ -135,12 +140,14 @@ def _make_xor_tables() -> list[bytes]:
 
 
 def _choose_masker() -> list[Callable[[bytes, bytearray], None]]:
-    """aiohttp's compiled masking function where it is there (a private name,
-    hence aiohttp's cap in pyproject.toml: a word at a time, 0.5 us a KiB
-    where the tables take 3.5 us), else mask_in_place."""
+    """aiohttp's compiled masking function (a private name: docs/security.md,
+    "Dependencies' private surfaces"; a word at a time, 0.5 us a KiB where
+    the tables take 3.5 us), else mask_in_place, said once in the log."""
     try:
         from aiohttp._websocket.mask import _websocket_mask_cython as compiled_masker
     except ImportError:
+        log.warning("%s; unmasking /ws frames with tables instead, several times slower",
+                    unsupported("aiohttp", PRIVATE_MASKER))
         _MASKERS.append(mask_in_place)
     else:
         _MASKERS.append(compiled_masker)

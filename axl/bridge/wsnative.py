@@ -43,30 +43,30 @@ class NativeSocket:
     def __init__(self, transport: asyncio.Transport, max_message: int) -> None:
         self._transport = transport
         self._reader = FrameReader(max_message)
-        self._arrival: asyncio.Future[None] | None = None
+        # Set when bytes come or the connection ends, for whoever waits to
+        # read (the session, or a close waiting for the client's): events,
+        # not a shared future, so that a cancelled waiter cancels nobody else.
+        self._arrived = asyncio.Event()
+        self._waiting = 0
         self._reading_paused = False
         self._gathered: list[bytes] = []
         self._gathered_bytes = 0
-        self._drained: asyncio.Future[None] | None = None
-        self._writing_paused = False
+        # clear while the transport is over its high-water mark
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._close_sent = False
         self._close_received = False
         self._lost = False
         # a protocol error: nothing more is read
         self._broken = False
         self._closing: asyncio.Future[None] | None = None
-        # what the client's close frame said, for the log
-        self.close_code = 0
 
     # -- from the connection ---------------------------------------------
 
     def feed(self, data: bytes) -> None:
         self._reader.feed(data)
-        arrival = self._arrival
-        if arrival is not None:
-            self._arrival = None
-            if not arrival.done():
-                arrival.set_result(None)
+        if self._waiting:
+            self._arrived.set()
         elif not self._reading_paused and len(self._reader) > READ_LIMIT:
             self._reading_paused = True
             self._transport.pause_reading()
@@ -76,21 +76,14 @@ class NativeSocket:
         self._lost = True
         self._gathered = []
         self._gathered_bytes = 0
-        for waiter in (self._arrival, self._drained):
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        self._arrival = self._drained = None
+        self._arrived.set()
+        self._writable.set()
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self._writable.clear()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        drained = self._drained
-        if drained is not None:
-            self._drained = None
-            if not drained.done():
-                drained.set_result(None)
+        self._writable.set()
 
     # -- the session's MessageSocket -------------------------------------
 
@@ -119,7 +112,7 @@ class NativeSocket:
                 if opcode == PING:
                     self._write(frame_head(PONG, len(message[1])), message[1])
                 elif opcode == CLOSE:
-                    self.close_code = read_close(message[1])[0]
+                    read_close(message[1])
                     self._close_received = True
                     return CLOSE, b""
         except FrameError as exc:
@@ -145,10 +138,8 @@ class NativeSocket:
         self._write(frame_head(opcode, len(payload)), payload)
 
     async def drain(self) -> None:
-        if self._writing_paused and not self._lost:
-            if self._drained is None:
-                self._drained = running_loop().create_future()
-            await self._drained
+        if not self._writable.is_set():
+            await self._writable.wait()
         if self._lost:
             raise ConnectionError("the /ws connection ended")
 
@@ -161,16 +152,22 @@ class NativeSocket:
     # -- reading ---------------------------------------------------------
 
     async def _more(self) -> None:
-        """Wait for the client's next bytes, reading on if paused."""
+        """Wait for the client's next bytes (or the connection's end, or our
+        close), reading on if paused."""
         if self._reading_paused:
             self._reading_paused = False
             self._transport.resume_reading()
-        arrival = self._arrival = running_loop().create_future()
-        await arrival
+        self._arrived.clear()
+        self._waiting += 1
+        try:
+            await self._arrived.wait()
+        finally:
+            self._waiting -= 1
 
     def _fail(self, error: FrameError) -> None:
         log.info("/ws client broke the protocol: %s; closing with %d", error.reason, error.code)
         self._broken = True
+        self._arrived.set()
         if not self._close_sent:
             self._close_sent = True
             self._write(close_frame(error.code, error.reason), b"")
@@ -189,7 +186,8 @@ class NativeSocket:
             return
         if not self._gathered:
             running_loop().call_soon(self._flush)
-        self._gathered.append(head + payload)
+        self._gathered.append(head)
+        self._gathered.append(payload)
         self._gathered_bytes += len(head) + len(payload)
         if self._gathered_bytes >= GATHER_LIMIT:
             self._flush()
@@ -202,7 +200,7 @@ class NativeSocket:
         self._gathered_bytes = 0
         if self._lost or self._transport.is_closing():
             return
-        self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+        self._transport.write(b"".join(gathered))
 
     # -- closing -----------------------------------------------------------
 
@@ -211,6 +209,7 @@ class NativeSocket:
             return
         if not self._close_sent:
             self._close_sent = True
+            self._arrived.set()  # a session waiting to read sees the close
             self._write(close_frame(code, reason), b"")
             self._flush()
         if not self._close_received:
