@@ -209,8 +209,10 @@ class BridgeConnection(asyncio.Protocol):
         self._ack_poll: asyncio.TimerHandle | None = None
         # the transport as the full application sees it, once handed off
         self._shown: HandedTransport | None = None
-        # the WebSocket, once upgraded for /ws
+        # the WebSocket, once upgraded for /ws, and the task serving its
+        # session (held here: the loop keeps only a weak reference to a task)
         self._socket: NativeSocket | None = None
+        self._stream: asyncio.Task[None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -600,7 +602,7 @@ class BridgeConnection(asyncio.Protocol):
             door.receiver.holder = socket
         gone = door.clients.gone(transport) or asyncio.Event()
         session = StreamingSession(door.node, socket, window, gone, door.in_flight)
-        start_task(self._serve_stream(session, socket), log, "ws session")
+        self._stream = start_task(self._serve_stream(session, socket), log, "ws session")
         early = self.ahead.take_all()
         if early:
             socket.feed(early)
