@@ -35,7 +35,8 @@ class AiohttpSocket:
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
-        self._queued: list[tuple[int, bytes]] = []
+        # text frames as str, binary ones as bytes, in the order written
+        self._queued: list[str | bytes] = []
 
     @property
     def closed(self) -> bool:
@@ -55,19 +56,19 @@ class AiohttpSocket:
                 return CLOSE, b""
 
     def write_text(self, text: str) -> None:
-        self._queued.append((TEXT, text.encode()))
+        self._queued.append(text)
 
     def write_binary(self, data: bytes) -> None:
-        self._queued.append((BINARY, data))
+        self._queued.append(data)
 
     async def drain(self) -> None:
         queued, self._queued = self._queued, []
         try:
-            for opcode, data in queued:
-                if opcode == TEXT:
-                    await self.ws.send_str(data.decode())
+            for frame in queued:
+                if isinstance(frame, str):
+                    await self.ws.send_str(frame)
                 else:
-                    await self.ws.send_bytes(data)
+                    await self.ws.send_bytes(frame)
         except ClientConnectionError as exc:
             raise ConnectionError(str(exc)) from None
 
