@@ -70,6 +70,23 @@ def test_aiohttp_still_has_the_websocket_masking_function():
     assert data == bytes(byte ^ (1, 2, 3, 4)[index % 4] for index, byte in enumerate(b"payload"))
 
 
+def test_the_masking_function_loads_without_aiohttps_package():
+    """A node that never loaded aiohttp does not import it for its first
+    /ws frame (a hundred modules, the loop stopped a quarter of a second);
+    aiohttp imported afterwards finds the same module and works."""
+    code = """
+import sys
+from axl.bridge import wsframes
+print(wsframes.unmask(b"\\x01\\x02\\x03\\x04", b"\\x01\\x02\\x03\\x04\\x05") == b"\\x00\\x00\\x00\\x00\\x04")
+print("aiohttp" in sys.modules)
+import aiohttp.web
+from aiohttp._websocket.mask import _websocket_mask_cython
+print(wsframes._MASKERS == [_websocket_mask_cython])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.splitlines() == ["True", "False", "True"], out
+
+
 def test_without_it_frames_are_unmasked_with_tables():
     """A child interpreter whose aiohttp lacks the function: the first frame
     logs one warning naming it, and the payload still comes out right."""

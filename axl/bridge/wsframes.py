@@ -21,8 +21,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import importlib.machinery
+import importlib.util
 import logging
+import os
+import sys
 from collections.abc import Callable
+from types import ModuleType
 
 from axl.dependencies import unsupported
 from axl.readbuffer import ReadBuffer
@@ -56,7 +61,8 @@ _MASKED = 0x80
 # _XOR_TABLES[m] maps each byte to itself XOR m, made when first needed (64
 # KiB a node that never serves /ws does not hold).
 _XOR_TABLES: list[bytes] = []
-PRIVATE_MASKER = "aiohttp._websocket.mask._websocket_mask_cython"
+_MASK_MODULE = "aiohttp._websocket.mask"
+PRIVATE_MASKER = f"{_MASK_MODULE}._websocket_mask_cython"
 # The function unmasking payloads (_choose_masker), once chosen.
 _MASKERS: list[Callable[[bytes, bytearray], None]] = []
 
@@ -143,15 +149,45 @@ def _choose_masker() -> list[Callable[[bytes, bytearray], None]]:
     """aiohttp's compiled masking function (a private name: docs/security.md,
     "Dependencies' private surfaces"; a word at a time, 0.5 us a KiB where
     the tables take 3.5 us), else mask_in_place, said once in the log."""
-    try:
-        from aiohttp._websocket.mask import _websocket_mask_cython as compiled_masker
-    except ImportError:
+    compiled_masker = getattr(_load_mask_module(), "_websocket_mask_cython", None)
+    if compiled_masker is None:
         log.warning("%s; unmasking /ws frames with tables instead, several times slower",
                     unsupported("aiohttp", PRIVATE_MASKER))
         _MASKERS.append(mask_in_place)
     else:
         _MASKERS.append(compiled_masker)
     return _MASKERS
+
+
+def _load_mask_module() -> ModuleType | None:
+    """aiohttp's masking module: the one imported, else its extension file
+    loaded alone. Importing it by name imports aiohttp's package first, about
+    a hundred modules: a quarter of a second with the loop stopped, at a
+    session's first frame. The file alone loads in 2 ms. None when aiohttp
+    has no compiled module there (a pure-Python install)."""
+    module = sys.modules.get(_MASK_MODULE)
+    if module is not None:
+        return module
+    package = importlib.util.find_spec("aiohttp")
+    folders = package.submodule_search_locations if package is not None else None
+    for folder in folders or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "_websocket", "mask" + suffix)
+            if os.path.isfile(path):
+                return _load_extension(path)
+    return None
+
+
+def _load_extension(path: str) -> ModuleType | None:
+    spec = importlib.util.spec_from_file_location(_MASK_MODULE, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:
+        return None
+    return module
 
 
 class FrameReader:
