@@ -510,6 +510,35 @@ def test_a_short_path_keeps_the_base_window_and_a_long_one_starts_a_burst_at_the
         assert far.window == window
 
 
+def test_on_a_long_path_a_round_trip_the_application_limited_does_not_shrink_the_window() -> None:
+    """One large message (or a few requests) answered in a round trip whose
+    window was never full says nothing of what the path takes: the burst
+    that follows starts at the receiver's whole window. A round trip that
+    filled the window is sized by what it carried; on a short path what a
+    round trip carried always sizes it."""
+    receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    far = told_sender(receiver)
+    rtt, now = 0.2, 100.0
+    far.submit(b"large")
+    far.size_to_path(0, now, rtt)
+    now += rtt
+    far.size_to_path(len(answer_all(far, receiver)), now, rtt)
+    assert far.window == STREAM_WINDOW
+    for number in range(2 * STREAM_WINDOW):
+        far.submit(b"%d" % number)
+    events = feed(receiver, far.take_output())
+    now += rtt
+    acks = far.receive(b"".join(receiver.answer(event.seq, STATUS_QUEUED) for event in events[:300]))
+    far.size_to_path(len(acks), now, rtt)
+    assert far.window == PATH_HEADROOM * 300  # it filled, and carried 300
+    near_receiver = StreamReceiver(SessionTable(), PEER, max_message_size=100)
+    short = told_sender(near_receiver)
+    short.submit(b"one")
+    short.size_to_path(0, 1.0, 0.001)
+    short.size_to_path(len(answer_all(short, near_receiver)), 1.002, 0.001)
+    assert short.window == STREAM_BASE_WINDOW
+
+
 @pytest.mark.parametrize("first", [encode_ack(1, STATUS_QUEUED), encode_window(STREAM_BASE_WINDOW - 1)])
 def test_a_version_2_receiver_must_say_its_window_first(first: bytes) -> None:
     sender = StreamSender(session_id=8, version=VERSION)

@@ -178,10 +178,10 @@ class StreamSender:
     a long path gets its round trip's worth of messages under way within
     two round trips, while a short one keeps the base window (thousands
     in flight there only made the receiver's commits longer). On a path
-    whose round trip is LONG_PATH_RTT or more, a burst after a quiet round
-    trip starts at `granted` instead, sized by the round trips after. A
-    503 (the receiver's queue is full) halves it, never below
-    STREAM_BASE_WINDOW."""
+    whose round trip is LONG_PATH_RTT or more, a burst after a round trip
+    that never filled the window starts at `granted` instead, sized by the
+    round trips after. A 503 (the receiver's queue is full) halves it,
+    never below STREAM_BASE_WINDOW."""
 
     def __init__(self, session_id: int, fixed_window: int | None = None, version: int = 1) -> None:
         self.session_id = session_id
@@ -192,9 +192,11 @@ class StreamSender:
         # sender that ignores the window sets one.
         self.fixed_window = fixed_window
         self.window = fixed_window or STREAM_BASE_WINDOW
-        # the round trip being measured: when it began, and the messages acknowledged since
+        # the round trip being measured: when it began, the messages
+        # acknowledged since, and whether the window was full meanwhile
         self._round_start: float | None = None
         self._round_acked = 0
+        self._round_filled = False
         # what the receiver takes: STREAM_BASE_WINDOW until it says more
         self.granted = STREAM_BASE_WINDOW
         # whether the current connection's receiver has said its window (version 2)
@@ -226,6 +228,7 @@ class StreamSender:
         self.unacked[seq] = payload
         if self._waiting or self.open_seq is not None or len(self.unacked) > self.window:
             self._waiting.append(seq)
+            self._round_filled = True
         else:
             self._queue_frame(seq, payload)
         return seq
@@ -327,6 +330,8 @@ class StreamSender:
             payload = self.unacked[seq]
             assert not isinstance(payload, StreamedBody)  # an open message never waits
             self._queue_frame(seq, payload)
+        if waiting:
+            self._round_filled = True
 
     def withdraw(self, seq: int) -> None:
         """Forget a message still waiting for room (its sender gave up on it):
@@ -457,10 +462,15 @@ class StreamSender:
         delayed ACKs, and a window sized by it grew with it, to 4096, where
         the base one carried more (the durable inbox's /ws rate fell by a
         third). Once a round trip has passed, the window becomes
-        PATH_HEADROOM times what it carried; after a round trip without
-        answers (idle, or one large message under way), the receiver's
-        whole window on a long path, the base one on a short path; always
-        within STREAM_BASE_WINDOW and `granted`."""
+        PATH_HEADROOM times what it carried. What a round trip carried says
+        what the path takes only if the window was full meanwhile: on a long
+        path, a round trip that never filled it (idle, one large message
+        under way, a few requests) was limited by the application, not the
+        path, and leaves the receiver's whole window for the next burst
+        (RFC 7661 likewise keeps TCP's window through such periods); a
+        short path keeps what it carried, or the base window after a round
+        trip without answers.
+        Always within STREAM_BASE_WINDOW and `granted`."""
         if self._round_start is None:
             self._round_start = now
         if self.fixed_window is not None or rtt is None:
@@ -469,13 +479,15 @@ class StreamSender:
         elapsed = now - self._round_start
         if elapsed < rtt or elapsed <= 0:
             return
-        if self._round_acked:
+        long_path = rtt >= LONG_PATH_RTT
+        if self._round_acked and (self._round_filled or not long_path):
             window = math.ceil(PATH_HEADROOM * self._round_acked * rtt / elapsed)
         else:
-            window = self.granted if rtt >= LONG_PATH_RTT else STREAM_BASE_WINDOW
+            window = self.granted if long_path else STREAM_BASE_WINDOW
         self.window = max(STREAM_BASE_WINDOW, min(self.granted, window))
         self._round_start = now
         self._round_acked = 0
+        self._round_filled = False
         if self._waiting:
             self._release()
 
