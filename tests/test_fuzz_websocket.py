@@ -1,8 +1,9 @@
 """What our code makes of WebSocket messages: the ws:// link's pump
-(axl.link.websocket) and the bridge's `GET /ws` sessions (axl.bridge.streaming). aiohttp
-reads the frames themselves (masking, lengths, fragments, the message size
-limit) and is not fuzzed here; these tests start from the messages it
-hands over, in any sequence, of any size and text.
+(axl.link.websocket) and the bridge's `GET /ws` sessions (axl.bridge.streaming).
+The frames themselves (masking, lengths, fragments, the message size limit)
+are read by aiohttp for the link and by the front door's own reader for
+/ws (fuzzed in test_fuzz_wsframes.py); these tests start from the messages
+those hand over, in any sequence, of any size and text.
 
 - The link pump: binary messages reach the link as one byte stream, in
   order (their boundaries mean nothing, and the link's frame decoder is

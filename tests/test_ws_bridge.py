@@ -13,6 +13,7 @@ import pytest
 
 from axl.budgets import WS_MAX_IN_FLIGHT
 from nodes import Cluster, drain, metric_samples, polls_waiting, up_peers, wait_until
+from wsclient import client_frame
 
 LIMIT = 64 << 10
 WAIT = 20.0
@@ -362,18 +363,12 @@ def raw_ws(node) -> socket.socket:
     return sock
 
 
-def binary_frame(data: bytes) -> bytes:
-    """A client's binary frame (masked, with an all-zero mask, so the payload reads as is)."""
-    assert 126 <= len(data) < 65536
-    return bytes([0x82, 0x80 | 126]) + len(data).to_bytes(2, "big") + bytes(4) + data
-
-
 def test_a_sender_that_outruns_delivery_is_held_back(clean) -> None:
     """Frames to a node that does not exist wait seconds each: the bridge stops reading
     long before the client has written them all, instead of buffering them."""
     a, _ = clean
     count = 2 * WS_MAX_IN_FLIGHT  # their 32 MiB are within WS_MAX_IN_FLIGHT_BYTES: the frames' limit holds them
-    frame = binary_frame(b"\xcd" * 32 + b"p" * (4 << 10))
+    frame = client_frame(0x2, b"\xcd" * 32 + b"p" * (4 << 10))
     sock = raw_ws(a)
     written = 0
     try:
@@ -402,12 +397,6 @@ def test_a_refused_upgrade_leaves_nothing_for_shutdown_to_trip_on(tmp_path) -> N
     assert "Traceback" not in log and "never retrieved" not in log
 
 
-def masked(opcode: int, payload: bytes, final: bool = True) -> bytes:
-    """A client's frame of up to 125 bytes, masked with an all-zero mask."""
-    assert len(payload) <= 125
-    return bytes([(0x80 if final else 0) | opcode, 0x80 | len(payload)]) + bytes(4) + payload
-
-
 def read_frame(sock: socket.socket) -> tuple[int, bytes]:
     """The next server frame: its opcode and (unmasked) payload."""
     def exactly(count: int) -> bytes:
@@ -434,15 +423,15 @@ def test_the_front_door_serves_ws_pings_and_fragments_without_the_full_applicati
         drain(b)
         sock = raw_ws(a)
         try:
-            sock.sendall(masked(0x9, b"are you there"))
+            sock.sendall(client_frame(0x9, b"are you there"))
             assert read_frame(sock) == (0xA, b"are you there")
             key = bytes.fromhex(b.peer_id)
-            sock.sendall(masked(0x2, key + b"one ", final=False) + masked(0x9, b"")
-                         + masked(0x0, b"two ", final=False) + masked(0x0, b"three"))
+            sock.sendall(client_frame(0x2, key + b"one ", final=False) + client_frame(0x9, b"")
+                         + client_frame(0x0, b"two ", final=False) + client_frame(0x0, b"three"))
             assert read_frame(sock) == (0xA, b"")
             opcode, ack = read_frame(sock)
             assert opcode == 0x1 and json.loads(ack) == {"ack": 1, "status": 200}
-            sock.sendall(masked(0x8, (1000).to_bytes(2, "big")))
+            sock.sendall(client_frame(0x8, (1000).to_bytes(2, "big")))
             assert read_frame(sock) == (0x8, (1000).to_bytes(2, "big"))
         finally:
             sock.close()
@@ -455,7 +444,7 @@ def test_the_front_door_serves_ws_pings_and_fragments_without_the_full_applicati
 @pytest.mark.parametrize("data, code", [
     (bytes([0x82, 0x05]) + b"12345", 1002),  # not masked
     (bytes([0x82, 0xFF]) + (1 << 30).to_bytes(8, "big") + bytes(4), 1009),  # over the message limit
-    (masked(0x1, b"\xff\xfe"), 1007),  # text that is not UTF-8
+    (client_frame(0x1, b"\xff\xfe"), 1007),  # text that is not UTF-8
 ])
 def test_a_frame_rfc_6455_forbids_closes_with_its_code(pair, data: bytes, code: int) -> None:
     a, _ = pair
@@ -498,13 +487,13 @@ def test_ws_on_a_connection_the_full_application_already_holds(clean) -> None:
     a, b = clean
     sender, receiver = ws_after_the_full_application(a), ws_after_the_full_application(b, "?recv=1")
     try:
-        sender.sendall(masked(0x2, frame(b, b"via aiohttp")))
+        sender.sendall(client_frame(0x2, frame(b, b"via aiohttp")))
         opcode, ack = read_frame(sender)
         assert opcode == 0x1 and json.loads(ack) == {"ack": 1, "status": 200}
         opcode, delivery = read_frame(receiver)
         assert opcode == 0x2 and delivery[8:40].hex() == a.peer_id and delivery[40:] == b"via aiohttp"
-        receiver.sendall(masked(0x1, json.dumps({"done": int.from_bytes(delivery[:8], "big")}).encode()))
-        receiver.sendall(masked(0x8, (1000).to_bytes(2, "big")))
+        receiver.sendall(client_frame(0x1, json.dumps({"done": int.from_bytes(delivery[:8], "big")}).encode()))
+        receiver.sendall(client_frame(0x8, (1000).to_bytes(2, "big")))
         assert read_frame(receiver)[0] == 0x8
     finally:
         sender.close()

@@ -1,50 +1,18 @@
 """The front door's WebSocket frames (axl.bridge.wsframes), sans-IO: the
-handshake token, masking, and a reader that gives back exactly the messages
-a client framed, in any fragmentation and any chunking of its bytes, or the
-close code RFC 6455 asks for."""
+handshake token, masking, the server's frames, and the close codes RFC
+6455 asks of the reader (its fuzzing: test_fuzz_wsframes.py)."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from axl.bridge import wsframes
-from axl.bridge.wsframes import (BINARY, CLOSE, CONTINUATION, PING, PONG, TEXT, FrameError, FrameReader,
+from axl.bridge.wsframes import (BINARY, CONTINUATION, PING, TEXT, FrameError, FrameReader,
                                  accept_token, close_frame, frame, frame_head, read_close, unmask, valid_key)
-from fuzzing import FUZZ, noise_or_mutation
-
-LIMIT = 4096
-
-
-def client_frame(opcode: int, payload: bytes, final: bool = True, mask: bytes | None = None) -> bytes:
-    """A frame as a client writes it: masked, with the shortest length form."""
-    mask = os.urandom(4) if mask is None else mask
-    size = len(payload)
-    if size < 126:
-        length = bytes([0x80 | size])
-    elif size < 1 << 16:
-        length = bytes([0x80 | 126]) + size.to_bytes(2, "big")
-    else:
-        length = bytes([0x80 | 127]) + size.to_bytes(8, "big")
-    masked = bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
-    return bytes([(0x80 if final else 0) | opcode]) + length + mask + masked
-
-
-def read_all(data: bytes, chunks: list[int], limit: int = LIMIT) -> list[tuple[int, bytes]]:
-    """Feed `data` cut at the `chunks` sizes (the rest at once), taking messages after each piece."""
-    reader = FrameReader(limit)
-    messages = []
-    position = 0
-    for size in chunks + [len(data)]:
-        reader.feed(data[position:position + size])
-        position += size
-        while (message := reader.next_message()) is not None:
-            messages.append(message)
-    return messages
-
+from fuzzing import FUZZ
+from wsclient import LIMIT, client_frame, read_all
 
 def test_the_accept_token_is_rfc_6455s_example() -> None:
     # RFC 6455 section 1.3
@@ -77,24 +45,6 @@ def test_both_maskers_give_the_payload_xor_the_mask(mask: bytes, payload: bytes)
     assert data == expected
 
 
-messages = st.lists(st.one_of(
-    st.tuples(st.sampled_from([TEXT, BINARY]), st.binary(max_size=700), st.integers(1, 4)),
-    st.tuples(st.sampled_from([PING, PONG]), st.binary(max_size=125), st.just(1)),
-), max_size=8)
-
-
-@FUZZ
-@given(messages, st.lists(st.integers(1, 300), max_size=12))
-def test_the_reader_gives_back_each_message_in_any_fragments_and_chunks(sent, chunks) -> None:
-    data = b""
-    for opcode, payload, pieces in sent:
-        step = -(-len(payload) // pieces) or 1
-        parts = [payload[i:i + step] for i in range(0, len(payload), step)] or [b""]
-        for index, part in enumerate(parts):
-            data += client_frame(opcode if index == 0 else CONTINUATION, part, final=index == len(parts) - 1)
-    assert read_all(data, chunks) == [(opcode, payload) for opcode, payload, _ in sent]
-
-
 def test_control_frames_may_come_between_a_messages_fragments() -> None:
     data = (client_frame(BINARY, b"one ", final=False) + client_frame(PING, b"?")
             + client_frame(CONTINUATION, b"two"))
@@ -124,18 +74,6 @@ def test_an_oversized_message_is_refused_on_its_head_alone() -> None:
     with pytest.raises(FrameError) as caught:
         reader.next_message()
     assert caught.value.code == 1009
-
-
-@FUZZ
-@given(noise_or_mutation([client_frame(BINARY, b"x" * 200), client_frame(TEXT, b"done"),
-                          client_frame(CLOSE, b"\x03\xe8bye")], 300), st.lists(st.integers(1, 50), max_size=6))
-def test_any_bytes_give_messages_within_the_limit_or_a_frame_error(data, chunks) -> None:
-    try:
-        taken = read_all(data, chunks, limit=256)
-    except FrameError as exc:
-        assert exc.code in (1002, 1009)
-        return
-    assert all(len(payload) <= 256 and opcode in (TEXT, BINARY, CLOSE, PING, PONG) for opcode, payload in taken)
 
 
 @pytest.mark.parametrize("payload, expected", [

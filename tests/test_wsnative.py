@@ -10,6 +10,7 @@ import socket
 
 from axl.bridge.wsframes import BINARY, CLOSE, TEXT
 from axl.bridge.wsnative import NativeSocket
+from wsclient import client_frame
 
 
 class _Feeding(asyncio.Protocol):
@@ -35,10 +36,6 @@ async def _socket_pair() -> tuple[NativeSocket, socket.socket]:
     return native, theirs
 
 
-def masked(opcode: int, payload: bytes) -> bytes:
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + bytes(4) + payload
-
-
 async def _read(sock: socket.socket, count: int) -> bytes:
     data = b""
     loop = asyncio.get_running_loop()
@@ -56,7 +53,7 @@ async def test_frames_written_in_a_turn_go_out_together_and_pings_are_answered()
     await native.drain()
     await asyncio.sleep(0)
     assert await _read(theirs, 27 + 10) == b"\x81\x19" + b'{"ack": 1, "status": 200}' + b"\x82\x08delivery"
-    theirs.sendall(masked(0x9, b"ping?") + masked(0x2, b"payload") + masked(0x1, b'{"done": 1}'))
+    theirs.sendall(client_frame(0x9, b"ping?") + client_frame(0x2, b"payload") + client_frame(0x1, b'{"done": 1}'))
     assert await native.receive() == (BINARY, b"payload")
     assert native.poll() == (TEXT, b'{"done": 1}')
     assert native.poll() is None
@@ -74,7 +71,7 @@ async def test_a_close_ends_a_session_waiting_to_read_and_waits_for_the_clients(
     assert await asyncio.wait_for(reading, 5) == (CLOSE, b"")
     assert await _read(theirs, 2 + 2 + 13) == b"\x88\x0f\x03\xe9node stopping"
     assert not closing.done()  # the client has not answered yet
-    theirs.sendall(masked(0x8, b"\x03\xe9"))
+    theirs.sendall(client_frame(0x8, b"\x03\xe9"))
     await asyncio.wait_for(closing, 5)
     assert await asyncio.get_running_loop().sock_recv(theirs, 1) == b""  # the node ended the connection
     assert native.closed
@@ -90,7 +87,7 @@ async def test_a_cancelled_reader_leaves_the_close_its_wait() -> None:
     reading.cancel()
     await asyncio.sleep(0.05)
     assert not closing.done()
-    theirs.sendall(masked(0x8, b"\x03\xe8"))
+    theirs.sendall(client_frame(0x8, b"\x03\xe8"))
     await asyncio.wait_for(closing, 5)
     theirs.close()
 
