@@ -15,11 +15,24 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+# Every task start_task started that has not ended: the loop keeps only a
+# weak reference to a task, so one whose caller drops it (a pump, a
+# session) would otherwise live only as long as what it waits on.
+_RUNNING: set[asyncio.Task[Any]] = set()
+
+
 def start_task(coro: Coroutine[Any, Any, T], logger: logging.Logger, what: str) -> asyncio.Task[T]:
-    """Run `coro` in the background; if it ends with an exception, log it at once."""
+    """Run `coro` in the background, held until it ends; if it ends with an
+    exception, log it at once."""
     task = asyncio.get_running_loop().create_task(coro)
-    task.add_done_callback(lambda done: log_failure(done, logger, what))
+    _RUNNING.add(task)
+    task.add_done_callback(lambda done: _ended(done, logger, what))
     return task
+
+
+def _ended(task: asyncio.Task, logger: logging.Logger, what: str) -> None:
+    _RUNNING.discard(task)
+    log_failure(task, logger, what)
 
 
 def log_failure(task: asyncio.Task, logger: logging.Logger, what: str) -> None:
