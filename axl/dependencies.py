@@ -18,9 +18,7 @@ from __future__ import annotations
 import logging
 
 from axl.sessions import crypto
-
-SUPPORTED = {"PyNaCl": ">=1.6,<2", "aioquic": ">=1.0,<2", "aiohttp": ">=3.9,<4"}
-"""The versions pyproject.toml allows of the packages whose private parts are checked."""
+from axl.supported import unsupported
 
 log = logging.getLogger("axl.node")
 
@@ -28,24 +26,6 @@ log = logging.getLogger("axl.node")
 class UnsupportedDependency(Exception):
     """An installed package lacks a private part AXL cannot do without;
     the message is one line that says what to install instead."""
-
-
-def installed_version(package: str) -> str:
-    """The installed version of `package`, or "(version unknown)"."""
-    from importlib import metadata  # only once something is missing
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "(version unknown)"
-
-
-def unsupported(package: str, missing: str) -> str:
-    """One line: the package, the version found, what it lacks, what to install."""
-    supported = SUPPORTED[package]
-    below = supported.split(",")[-1]
-    return (f"{package} {installed_version(package)} lacks {missing}; AXL supports "
-            f"{package} {supported} (pip install '{package.lower()}{below}')")
 
 
 def check_pynacl() -> None:
@@ -66,9 +46,9 @@ def check_aioquic() -> None:
             raise
         missing = module if isinstance(exc, ModuleNotFoundError) else f"a name axl imports from {module}"
         raise UnsupportedDependency(unsupported("aioquic", missing)) from None
-    missing = quic.missing_private_field()
-    if missing is not None:
-        raise UnsupportedDependency(unsupported("aioquic", missing))
+    field = quic.missing_private_field()
+    if field is not None:
+        raise UnsupportedDependency(unsupported("aioquic", field))
 
 
 def check_private_surfaces(quic_links: bool) -> None:

@@ -19,7 +19,8 @@ import renamedoffset
 from aiohttp import web
 
 from axl import dependencies
-from axl.dependencies import SUPPORTED, UnsupportedDependency, check_private_surfaces, installed_version
+from axl.dependencies import UnsupportedDependency, check_private_surfaces
+from axl.supported import SUPPORTED, installed_version
 from axl.observe.httpstats import HttpStats
 from axl.observe.web import request_recorder
 from axl.sessions import crypto

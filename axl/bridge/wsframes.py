@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from axl.dependencies import unsupported
+from axl.supported import unsupported
 from axl.readbuffer import ReadBuffer
 
 log = logging.getLogger("axl.bridge")

@@ -32,7 +32,7 @@ from aioquic.quic.events import ConnectionTerminated, QuicEvent, StreamDataRecei
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from axl.dependencies import unsupported
+from axl.supported import unsupported
 from axl.link.adapter import StreamTransport
 from axl.link.connection import LinkSettings
 from axl.link.tls import make_certificate
