@@ -47,7 +47,7 @@ COMPILED_MODULES = (
     "axl.node.messages", "axl.node.msgstream", "axl.node.node", "axl.node.store",
     "axl.node.streams", "axl.node.streamsessions",
     "axl.bridge.api", "axl.bridge.front", "axl.bridge.handoff", "axl.bridge.http1",
-    "axl.bridge.streaming", "axl.bridge.wsframes", "axl.bridge.wsnative",
+    "axl.bridge.streaming", "axl.bridge.wsframes", "axl.bridge.wsnative", "axl.bridge.gathering",
 )
 # mypyc's group: its runtime and all the modules' code, one extension module.
 GROUP = "axl.compiled"

@@ -15,7 +15,8 @@ import threading
 
 import pytest
 
-from axl.bridge.front import GATHER_LIMIT, HandedTransport
+from axl.bridge.front import HandedTransport
+from axl.bridge.gathering import GATHER_LIMIT
 from axl.bridge.http1 import Answer, HttpDate, parse_head, render_head
 from nodes import drain, lone_node, metric_samples
 

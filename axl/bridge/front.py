@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl
 
 from axl.bridge import api
 from axl.bridge.api import BridgeNode, ClientWatch, InFlightBoard, ReceiverSlot
+from axl.bridge.gathering import TurnWriter
 from axl.bridge.guard import BridgeGuard, PageGuard, unauthorized
 from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import (HEAD_END, Answer, HttpDate, RequestHead, parse_head, render_head,
@@ -65,11 +66,6 @@ KEEPALIVE_TIMEOUT = 75.0
 REQUESTS_PER_TURN = 8
 # Above this an answer's body is written after its head, not copied into one buffer with it.
 JOIN_LIMIT = 64 << 10
-# The full application's writes smaller than this, on one connection in one
-# turn of the loop, go to the socket together at the turn's end (up to this
-# much at a time): a /ws socket's acks and deliveries come in bursts of a
-# hundred or more, and each write of its own was a system call.
-GATHER_LIMIT = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives
 # (when the node has a message stream to the destination), not once whole.
 STREAMED_BODY = 1 << 20
@@ -769,10 +765,8 @@ class HandedTransport:
     is BridgeConnection.finish, so a /recv answer the application wrote is
     settled by the client's end, as the front door's are.
 
-    Its small writes are gathered and written together at the end of the
-    loop's turn, or once GATHER_LIMIT bytes wait (a large write goes at
-    once, after those gathered): a /ws burst of a hundred frames is then one
-    system call, not a hundred. Anything else asked of the transport
+    Its writes go through a TurnWriter (axl.bridge.gathering): a /ws burst
+    of a hundred frames is one system call, not a hundred. Anything else asked of the transport
     (write_eof, its socket, pausing) writes what was gathered first, so
     nothing is reordered, and the count of bytes written but not yet
     acknowledged (the /recv handoff) sees them."""
@@ -780,26 +774,15 @@ class HandedTransport:
     def __init__(self, transport: asyncio.Transport, connection: TransportOwner) -> None:
         self._transport = transport
         self._connection = connection
-        self._gathered: list[bytes] = []
-        self._gathered_bytes = 0
+        self._writer = TurnWriter(transport, lambda: connection.ending)
 
     def __getattr__(self, name: str):
         self.flush()
         return getattr(self._transport, name)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        size = len(data)
-        if size >= GATHER_LIMIT:
-            self.flush()
-            self._transport.write(data)
-            return
-        if not self._gathered:
-            running_loop().call_soon(self.flush)
         # a copy: the writer may reuse its buffer once write() returns
-        self._gathered.append(data if isinstance(data, bytes) else bytes(data))
-        self._gathered_bytes += size
-        if self._gathered_bytes >= GATHER_LIMIT:
-            self.flush()
+        self._writer.write(data if isinstance(data, bytes) else bytes(data))
 
     def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
         for line in lines:
@@ -808,17 +791,10 @@ class HandedTransport:
     def flush(self) -> None:
         """Write what was gathered; dropped if the connection has ended
         meanwhile (as a write into an ending connection would be)."""
-        gathered = self._gathered
-        if not gathered:
-            return
-        self._gathered = []
-        self._gathered_bytes = 0
-        if self._transport.is_closing() or self._connection.ending:
-            return
-        self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+        self._writer.flush()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + self._gathered_bytes
+        return self._transport.get_write_buffer_size() + self._writer.gathered_bytes
 
     def close(self) -> None:
         self._connection.finish()

@@ -8,9 +8,9 @@ stops the reading too once READ_LIMIT bytes wait; it reads on whenever the
 session waits for more. Pings are answered as they are read.
 
 Frames written in one turn of the loop go to the transport together at its
-end (a burst of acks or deliveries is one system call), and a write waits
-while the transport is over its high-water mark, so a client that does not
-read is not written to without bound.
+end (axl.bridge.gathering: a burst of acks or deliveries is one system
+call), and a write waits while the transport is over its high-water mark,
+so a client that does not read is not written to without bound.
 
 Closing follows RFC 6455: the side that closes first waits (CLOSE_TIMEOUT
 at most) for the other's close frame, then the transport closes. A
@@ -22,17 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from axl.bridge.gathering import TurnWriter
 from axl.bridge.wsframes import (BINARY, CLOSE, INVALID_DATA, NORMAL_CLOSURE, PING, PONG, TEXT, FrameError,
                                  FrameReader, close_frame, frame_head, read_close)
 from axl.budgets import MAX_READ_AHEAD
-from axl.eventloop import running_loop
 
 log = logging.getLogger("axl.bridge")
 
 # Bytes read and held while the session does not ask for them, before the reading pauses.
 READ_LIMIT = MAX_READ_AHEAD
-# Frames smaller than this wait for the end of the turn; a larger one goes at once, after those.
-GATHER_LIMIT = 64 << 10
 CLOSE_TIMEOUT = 5.0
 """How long a close waits for the client's own close frame."""
 
@@ -49,8 +47,7 @@ class NativeSocket:
         self._arrived = asyncio.Event()
         self._waiting = 0
         self._reading_paused = False
-        self._gathered: list[bytes] = []
-        self._gathered_bytes = 0
+        self._writer = TurnWriter(transport, lambda: self._lost)
         # clear while the transport is over its high-water mark
         self._writable = asyncio.Event()
         self._writable.set()
@@ -74,8 +71,7 @@ class NativeSocket:
     def lost(self) -> None:
         """The connection has ended: reads end, writes fail."""
         self._lost = True
-        self._gathered = []
-        self._gathered_bytes = 0
+        self._writer.discard()
         self._arrived.set()
         self._writable.set()
 
@@ -171,36 +167,14 @@ class NativeSocket:
         if not self._close_sent:
             self._close_sent = True
             self._write(close_frame(error.code, error.reason), b"")
-        self._flush()
+        self._writer.flush()
         self._transport.close()
 
     # -- writing -----------------------------------------------------------
 
     def _write(self, head: bytes, payload: bytes) -> None:
-        if self._lost:
-            return
-        if len(payload) >= GATHER_LIMIT:
-            self._flush()
-            self._transport.write(head)
-            self._transport.write(payload)
-            return
-        if not self._gathered:
-            running_loop().call_soon(self._flush)
-        self._gathered.append(head)
-        self._gathered.append(payload)
-        self._gathered_bytes += len(head) + len(payload)
-        if self._gathered_bytes >= GATHER_LIMIT:
-            self._flush()
-
-    def _flush(self) -> None:
-        gathered = self._gathered
-        if not gathered:
-            return
-        self._gathered = []
-        self._gathered_bytes = 0
-        if self._lost or self._transport.is_closing():
-            return
-        self._transport.write(b"".join(gathered))
+        if not self._lost:
+            self._writer.write(head, payload)
 
     # -- closing -----------------------------------------------------------
 
@@ -211,7 +185,7 @@ class NativeSocket:
             self._close_sent = True
             self._arrived.set()  # a session waiting to read sees the close
             self._write(close_frame(code, reason), b"")
-            self._flush()
+            self._writer.flush()
         if not self._close_received:
             try:
                 await asyncio.wait_for(self._client_close(), CLOSE_TIMEOUT)
