@@ -19,8 +19,8 @@ those hand over, in any sequence, of any size and text.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from axl.bridge.api import InFlightBoard
 from axl.bridge.streaming import KEY_SIZE, ProtocolViolation, StreamingSession, parse_done, parse_window
 from axl.budgets import WS_MAX_WINDOW
-from axl.errors import PeerUnreachable, status_for
+from axl.errors import DeliveryError, PeerUnreachable, status_for
 from axl.link.websocket import _pump
 from axl.node.stats import NodeStats
 from fuzzing import FUZZ, noise_or_mutation
@@ -155,18 +155,16 @@ class Node:
     def __init__(self, ordered: frozenset[int]) -> None:
         self.ordered = ordered
         self.stats = NodeStats(now=0.0)
-        self.sends: list[concurrent.futures.Future] = []
+        self.sends: list[Callable[[DeliveryError | None], None]] = []
         self.done: list[int] = []
 
     def keeps_order(self, key: bytes) -> bool:
         return key[0] in self.ordered
 
-    def start_send(self, key: bytes, payload: bytes) -> concurrent.futures.Future:
+    def start_send_then(self, key: bytes, payload: bytes, settled: Callable[[DeliveryError | None], None]) -> None:
         if key[0] == 9:
             raise PeerUnreachable("no route")
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self.sends.append(future)
-        return future
+        self.sends.append(settled)
 
     def delivered(self, messages: list) -> None:
         self.done += [message.id for message in messages]
@@ -210,7 +208,7 @@ def test_any_messages_get_one_ack_each_and_leave_nothing_behind(steps, ordered, 
                 break  # the connection closes
         else:
             _settle(node, *item)
-    while any(not send.done() for send in node.sends):
+    while node.sends:
         _settle(node, 0, True)
     acks = [json.loads(text) for text, _ in session._acks]
     numbers = [ack["ack"] for ack in acks]
@@ -230,10 +228,9 @@ def test_any_messages_get_one_ack_each_and_leave_nothing_behind(steps, ordered, 
 
 
 def _settle(node: Node, index: int, delivered: bool) -> None:
-    pending = [send for send in node.sends if not send.done()]
-    if pending:
-        send = pending[index % len(pending)]
-        send.set_result(None) if delivered else send.set_exception(PeerUnreachable("gone"))
+    if node.sends:
+        settled = node.sends.pop(index % len(node.sends))
+        settled(None if delivered else PeerUnreachable("gone"))
 
 
 def test_a_deeply_nested_done_is_a_protocol_violation():

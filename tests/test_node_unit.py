@@ -44,3 +44,26 @@ async def test_stopping_the_node_fails_a_send_still_in_flight():
     await node.stop()
     with pytest.raises(DeliveryError, match="stopping"):
         await asyncio.wait_for(pending, 1.0)
+
+
+async def test_each_send_caller_is_told_its_fate_once_even_when_another_caller_fails(caplog):
+    """start_send_then tells its caller nothing from inside the call; when
+    the node stops, every caller still waiting hears why, and one whose
+    callback raises is logged without keeping the others from hearing."""
+    node = Node(NodeConfig(), NodeIdentity.generate())
+    await node.start()
+    told: list[tuple[int, DeliveryError | None]] = []
+
+    def failing(error: DeliveryError | None) -> None:
+        raise RuntimeError("the caller's own bug")
+
+    for index in range(3):
+        node.start_send_then(NodeIdentity.generate().public_key, b"never routed",
+                             failing if index == 1 else lambda error, index=index: told.append((index, error)))
+    await asyncio.sleep(0)
+    assert told == []  # no route: each would wait for the 10 s lookup timeout
+    await node.stop()
+    assert [index for index, _ in told] == [0, 2]
+    assert all(isinstance(error, DeliveryError) and "stopping" in str(error) for _, error in told)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "a send's caller failed on its fate"]

@@ -53,9 +53,10 @@ class BridgeNode(ObservedNode, Protocol):
 
     def topology(self) -> dict: ...
 
-    def start_send(self, dest_key: bytes, payload: bytes) -> asyncio.Future: ...
+    def start_send_then(self, dest_key: bytes, payload: bytes,
+                        settled: Callable[[DeliveryError | None], None]) -> None: ...
 
-    def open_body(self, dest_key: bytes, length: int) -> tuple[int, asyncio.Future] | None: ...
+    def open_body(self, dest_key: bytes, length: int, settled: Callable[[DeliveryError | None], None]) -> int | None: ...
 
     def write_body(self, handle: int, part: bytes) -> None: ...
 
@@ -223,15 +224,12 @@ def refused_before_body(node: BridgeNode, header: str) -> None:
 
 
 def record_send(node: BridgeNode, key: bytes, size: int, started: float,
-                error: BaseException | None) -> tuple[int, str | None]:
+                error: DeliveryError | None) -> tuple[int, str | None]:
     """Count a send whose fate is known: its status and, unless 200, the error's text."""
     now = time.time()
     if error is None:
         node.stats.send_finished(key, size, 200, time.monotonic() - started, now)
         return 200, None
-    if not isinstance(error, DeliveryError):
-        log.error("send to %s failed unexpectedly: %r", key.hex()[:16], error)
-        error = DeliveryError(f"internal error: {error.__class__.__name__}")
     status = status_for(error)
     node.stats.send_finished(key, size, status, None, now)
     return status, str(error)
@@ -243,15 +241,8 @@ def body_timeout(node: BridgeNode, key: bytes | None, reason: str) -> Answer:
     return text_answer(408, reason)
 
 
-def fate(future: asyncio.Future) -> BaseException | None:
-    """A settled send's error, or None when it was delivered."""
-    if future.cancelled():
-        return DeliveryError("the send was cancelled")
-    return future.exception()
-
-
 def send_answer(node: BridgeNode, key: bytes, size: int, started: float,
-                error: BaseException | None) -> Answer:
+                error: DeliveryError | None) -> Answer:
     """What `/send` answers once the send's fate is known."""
     status, text = record_send(node, key, size, started, error)
     if text is not None:
@@ -261,15 +252,13 @@ def send_answer(node: BridgeNode, key: bytes, size: int, started: float,
 
 def begin_send(node: BridgeNode, key: bytes, payload: bytes, answered: Callable[[Answer], None]) -> None:
     """Start a `/send`; `answered` gets its answer once its fate is known
-    (at once when it cannot start). No task per send: the node's future
-    calls back."""
+    (at once when it cannot start). No task per send: the node calls back."""
     started = time.monotonic()
+    size = len(payload)
     try:
-        future = node.start_send(key, payload)
+        node.start_send_then(key, payload, lambda error: answered(send_answer(node, key, size, started, error)))
     except DeliveryError as exc:
-        answered(send_answer(node, key, len(payload), started, exc))
-        return
-    _answer_on_fate(node, key, len(payload), started, future, answered)
+        answered(send_answer(node, key, size, started, exc))
 
 
 def open_send(node: BridgeNode, key: bytes, length: int, answered: Callable[[Answer], None]) -> int | None:
@@ -278,19 +267,9 @@ def open_send(node: BridgeNode, key: bytes, length: int, answered: Callable[[Ans
     the node cannot start it yet: the caller gathers the body and begins then."""
     started = time.monotonic()
     try:
-        opened = node.open_body(key, length)
+        return node.open_body(key, length, lambda error: answered(send_answer(node, key, length, started, error)))
     except DeliveryError:
         return None
-    if opened is None:
-        return None
-    handle, future = opened
-    _answer_on_fate(node, key, length, started, future, answered)
-    return handle
-
-
-def _answer_on_fate(node: BridgeNode, key: bytes, size: int, started: float, future: asyncio.Future,
-                    answered: Callable[[Answer], None]) -> None:
-    future.add_done_callback(lambda done: answered(send_answer(node, key, size, started, fate(done))))
 
 
 def recv_wait(text: str) -> float | Answer:

@@ -36,7 +36,7 @@ import time
 from collections import deque
 from typing import Protocol
 
-from axl.bridge.api import BridgeNode, InFlightBoard, QueuedMessage, ReceiverSlot, fate, record_send
+from axl.bridge.api import BridgeNode, InFlightBoard, QueuedMessage, ReceiverSlot, record_send
 from axl.bridge.wsframes import BINARY, POLICY_VIOLATION, TEXT
 from axl.budgets import WS_MAX_IN_FLIGHT, WS_MAX_IN_FLIGHT_BYTES, WS_MAX_WINDOW
 from axl.errors import DeliveryError
@@ -324,30 +324,30 @@ class StreamingSession:
 
     def _start(self, destination: _Destination, number: int, payload: bytes) -> None:
         started = time.monotonic()
+        size = len(payload)
         try:
-            future = self.node.start_send(destination.key, payload)
+            self.node.start_send_then(destination.key, payload,
+                                      lambda error: self._settled(destination, number, size, started, error))
         except DeliveryError as exc:
-            self._finished(destination.key, number, len(payload), started, exc)
+            self._finished(destination.key, number, size, started, exc)
             return
         destination.under_way += 1
         self._under_way += 1
         self._all_settled.clear()
-        future.add_done_callback(
-            lambda done: self._settled(destination, number, len(payload), started, done))
 
     def _settled(self, destination: _Destination, number: int, size: int, started: float,
-                 future: asyncio.Future) -> None:
+                 error: DeliveryError | None) -> None:
         """A send's fate is known: queue its ack and start what waited for it."""
         destination.under_way -= 1
         self._under_way -= 1
         if not self._under_way:
             self._all_settled.set()
-        self._finished(destination.key, number, size, started, fate(future))
+        self._finished(destination.key, number, size, started, error)
         if self._destinations.get(destination.key) is destination:
             self._start_ready(destination)
 
     def _finished(self, key: bytes, number: int, size: int, started: float,
-                  error: BaseException | None) -> None:
+                  error: DeliveryError | None) -> None:
         status, text = record_send(self.node, key, size, started, error)
         self._queue_ack(number, size, status, text)
 

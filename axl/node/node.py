@@ -45,6 +45,9 @@ from axl.tcp.recovery import PathStats
 
 log = logging.getLogger("axl.node")
 
+SendSettled = Callable[[DeliveryError | None], None]
+"""Told a send's fate: None once the receiver has it, else why not."""
+
 # Refusals at the dispatch budget are logged at most once in this many seconds.
 REFUSAL_LOG_INTERVAL = 10.0
 
@@ -99,7 +102,10 @@ class Node:
         self.inbox = Inbox(config.max_inbox_messages, config.max_inbox_bytes, inbox_store)
         self.core.messages.streams.restore_sessions(self.inbox.session_records())
         self.inbound_handler = inbound_handler
+        # requests waiting for their reply, and sends for their fate, by handle
         self._waiting: dict[int, asyncio.Future] = {}
+        self._sends: dict[int, SendSettled] = {}
+        self._fates_due: list[tuple[SendSettled, DeliveryError | None]] = []
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = 0.0
@@ -146,10 +152,16 @@ class Node:
             self._settle(event)
         while (reply := core.next_reply()) is not None:
             self._replied(reply)
+        if self._fates_due:
+            self._tell_fates()
 
     def _settle(self, event: MessageEvent) -> None:
         if isinstance(event, InboundMessage):
             self._inbound(event)
+            return
+        settled = self._sends.pop(event.handle, None)
+        if settled is not None:
+            self._fates_due.append((settled, event.error if isinstance(event, SendFailed) else None))
             return
         future = self._waiting.pop(event.handle, None)
         if future is None or future.done():
@@ -160,6 +172,18 @@ class Node:
             future.set_result(event.reply)
         elif isinstance(event, SendFailed):
             future.set_exception(event.error)
+
+    def _tell_fates(self) -> None:
+        """Tell each settled send's caller its fate, with the core drained (a
+        caller may start its next send from here). A direct call where a
+        future would cost a loop callback per send; a caller's failure is
+        logged, as the loop logs a failed callback."""
+        due, self._fates_due = self._fates_due, []
+        for settled, error in due:
+            try:
+                settled(error)
+            except Exception:
+                log.exception("a send's caller failed on its fate")
 
     def _arm_timer(self) -> None:
         """Keep one loop timer at or before the core's deadline. A timer that
@@ -213,27 +237,34 @@ class Node:
         await self.start_send(dest_key, payload)
 
     def start_send(self, dest_key: bytes, payload: bytes) -> asyncio.Future:
-        """Start a send now; the future settles with its fate. Sends start in
-        the order of these calls, and a caller with many in flight needs no
-        task per send. Raises MessageTooLarge at once."""
+        """`start_send_then` for a caller that awaits: the future settles with the fate."""
+        future = running_loop().create_future()
+        self.start_send_then(dest_key, payload, partial(_settle_future, future))
+        return future
+
+    def start_send_then(self, dest_key: bytes, payload: bytes, settled: SendSettled) -> None:
+        """Start a send now; `settled` is told its fate, never from inside
+        this call. Sends start in the order of these calls, and a caller
+        with many in flight needs no task per send. Raises MessageTooLarge at once."""
         handle = self.core.send_message(dest_key, payload, time.monotonic(), flush=False)
         self._flush_soon()
         # The turn's flush drains the core (its frames, events and timer) for every send started in it.
-        return self._future_for(handle)
+        self._sends[handle] = settled
 
-    def open_body(self, dest_key: bytes, length: int) -> tuple[int, asyncio.Future] | None:
+    def open_body(self, dest_key: bytes, length: int, settled: SendSettled) -> int | None:
         """Start a send of `length` bytes whose body is still arriving: its
         parts go out as `write_body` gives them (64 KiB at a time), so a
         large message crosses the overlay while its client is still
-        uploading it. Returns the send's handle and the future of its fate
-        (as `start_send`'s), or None when it cannot start before the body is
-        whole (no message stream to `dest_key` yet, or one such send already
-        under way there)."""
+        uploading it. Returns the send's handle (`settled` is told its fate,
+        as by `start_send_then`), or None when it cannot start before the
+        body is whole (no message stream to `dest_key` yet, or one such send
+        already under way there)."""
         handle = self.core.open_body(dest_key, length, time.monotonic())
         if handle is None:
             return None
         self._flush_soon()
-        return handle, self._future_for(handle)
+        self._sends[handle] = settled
+        return handle
 
     def write_body(self, handle: int, part: bytes) -> None:
         if self.core.write_body(handle, part):  # a part that completes no batch needs no flush
@@ -245,8 +276,8 @@ class Node:
 
     def cancel_body(self, handle: int) -> None:
         """The body will never be whole: the message is dropped unsent, and
-        its future is forgotten unsettled (its caller has answered already)."""
-        self._waiting.pop(handle, None)
+        its caller is never told (it has answered already)."""
+        self._sends.pop(handle, None)
         self.core.cancel_body(handle, time.monotonic())
         self._drain()
 
@@ -282,13 +313,8 @@ class Node:
     def _outcome(self, handle: int) -> asyncio.Future:
         """The future the core's verdict on `handle` settles (its deadlines
         bound the wait), after writing what the call into the core left."""
-        future = self._future_for(handle)
+        future = self._waiting[handle] = running_loop().create_future()
         self._drain()
-        return future
-
-    def _future_for(self, handle: int) -> asyncio.Future:
-        future = running_loop().create_future()
-        self._waiting[handle] = future
         return future
 
     def _inbound(self, event: InboundMessage) -> None:
@@ -545,6 +571,9 @@ class Node:
             if not future.done():
                 future.set_exception(DeliveryError("the node is stopping"))
         self._waiting.clear()
+        self._fates_due += [(settled, DeliveryError("the node is stopping")) for settled in self._sends.values()]
+        self._sends.clear()
+        self._tell_fates()
         self._started = False
         if self._timer is not None:
             self._timer.cancel()
@@ -555,3 +584,12 @@ class Node:
             await self.discovery.stop()
         await self.link_manager.stop()
         self.inbox.close()
+
+
+def _settle_future(future: asyncio.Future, error: DeliveryError | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
