@@ -141,7 +141,7 @@ def mask_in_place(mask: bytes, data: bytearray) -> None:
 
 
 def _make_xor_tables() -> list[bytes]:
-    _XOR_TABLES.extend(bytes(value ^ mask for value in range(256)) for mask in range(256))
+    _XOR_TABLES.extend([bytes([value ^ mask for value in range(256)]) for mask in range(256)])
     return _XOR_TABLES
 
 
