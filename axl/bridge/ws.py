@@ -86,7 +86,8 @@ def track_streams(app: web.Application, in_flight: InFlightBoard) -> None:
 
 
 async def _close_streams(app: web.Application) -> None:
-    closing = [asyncio.ensure_future(_close_one(ws)) for ws in list(app[OPEN_STREAMS])]
+    open_streams: weakref.WeakSet[web.WebSocketResponse] = app[OPEN_STREAMS]
+    closing = [asyncio.ensure_future(_close_one(ws)) for ws in list(open_streams)]
     if closing:
         await asyncio.wait(closing)
 

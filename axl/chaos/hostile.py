@@ -191,7 +191,7 @@ class Target:
     api_port: int
     tls_port: int
     ws_port: int
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes]
 
     @property
     def tls_uri(self) -> str:
@@ -208,13 +208,14 @@ def target_node(base: Path, extra: dict | None = None,
     key = base / "target.pem"
     key.write_bytes(identity.pem())
     key.chmod(0o600)
-    target = Target(identity.peer_id, free_port(), free_port(), free_port())
-    config = {"PrivateKeyPath": str(key), "api_port": target.api_port,
-              "Listen": [target.tls_uri, f"ws://{LOOPBACK}:{target.ws_port}"], **(extra or {})}
+    api_port, tls_port, ws_port = free_port(), free_port(), free_port()
+    config = {"PrivateKeyPath": str(key), "api_port": api_port,
+              "Listen": [f"tls://{LOOPBACK}:{tls_port}", f"ws://{LOOPBACK}:{ws_port}"], **(extra or {})}
     config_path = base / "target.json"
     config_path.write_text(json.dumps(config))
     log_path = base / "target.log"
-    target.process = spawn_node(config_path, log_path, command=command)
+    target = Target(identity.peer_id, api_port, tls_port, ws_port,
+                    spawn_node(config_path, log_path, command=command))
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while not _answers_health(target.api_port):
@@ -493,7 +494,11 @@ def budget_samples(port: int, name: str) -> dict[tuple[str, str], float]:
 
 def _status(send: asyncio.Future) -> int:
     error = send.exception()
-    return 200 if error is None else status_for(error)
+    if error is None:
+        return 200
+    if not isinstance(error, DeliveryError):
+        raise error
+    return status_for(error)
 
 
 # -- running them ---------------------------------------------------------------
