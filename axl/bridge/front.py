@@ -766,10 +766,10 @@ class HandedTransport:
     settled by the client's end, as the front door's are.
 
     Its writes go through a TurnWriter (axl.bridge.gathering): a /ws burst
-    of a hundred frames is one system call, not a hundred. Anything else asked of the transport
-    (write_eof, its socket, pausing) writes what was gathered first, so
-    nothing is reordered, and the count of bytes written but not yet
-    acknowledged (the /recv handoff) sees them."""
+    of a hundred frames is one system call, not a hundred. Anything else
+    asked of the transport (write_eof, its socket, pausing) writes what was
+    gathered first, so nothing is reordered, and the count of bytes written
+    but not yet acknowledged (the /recv handoff) sees them."""
 
     def __init__(self, transport: asyncio.Transport, connection: TransportOwner) -> None:
         self._transport = transport

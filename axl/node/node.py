@@ -36,7 +36,7 @@ from axl.node.inbox import Inbox, InboxMessage
 from axl.node.stats import ListenerCounts, NodeStats
 from axl.node.store import InboxStore
 from axl.node.messages import (
-    Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
+    InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
 )
 from axl.routing import PathReport, SendFrame, TreeEntry
 from axl.sessions import SessionReport
@@ -166,9 +166,7 @@ class Node:
         future = self._waiting.pop(event.handle, None)
         if future is None or future.done():
             return
-        if isinstance(event, Acknowledged):
-            future.set_result(None)
-        elif isinstance(event, ReplyReceived):
+        if isinstance(event, ReplyReceived):
             future.set_result(event.reply)
         elif isinstance(event, SendFailed):
             future.set_exception(event.error)
