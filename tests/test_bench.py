@@ -38,7 +38,9 @@ def test_quick_bench_reports_every_figure(tmp_path):
     assert _ws_cpu_cells(run.stdout) == [
         ["CPU per message: sending node, ms", f"{figures['ws_cpu_sender_ms']:.3f}"],
         ["CPU per message: receiving node, ms", f"{figures['ws_cpu_receiver_ms']:.3f}"],
+        ["CPU per message: the bench's clients (sending and receiving), ms", f"{figures['ws_cpu_client_ms']:.3f}"],
     ]
+    assert figures["ws_cpu_client_ms"] > 0
 
 
 def _ws_cpu_cells(table: str) -> list[list[str]]:

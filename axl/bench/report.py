@@ -94,6 +94,7 @@ ROWS: list[Row] = [
     Row("ws_refused_share", "  share refused (503: the receiver's queue was full)", "{:.2f}"),
     Row("ws_cpu_sender_ms", "  CPU per message: sending node, ms", "{:.3f}"),
     Row("ws_cpu_receiver_ms", "  CPU per message: receiving node, ms", "{:.3f}"),
+    Row("ws_cpu_client_ms", "  CPU per message: the bench's clients (sending and receiving), ms", "{:.3f}"),
     Row("ws_commit_ms", "  receiver's inbox commit, mean ms", "{:.2f}"),
     Row("ws_per_commit", "  messages per inbox commit", "{:.1f}"),
     Row("ws_msgs_per_s_in_turn_durable", "  in turn with a receiver keeping its inbox in memory: durable, /s",
