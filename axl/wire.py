@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Final
 
 MAX_UVARINT_LEN = 10
 # Largest ironwood link frame (type byte + body) yggdrasil accepts: 65535 x 2.
@@ -42,18 +43,24 @@ class FrameType(IntEnum):
     TRAFFIC = 9
 
 
+# BYTE[n] is bytes((n,)), made once. Compiled, bytes((n,)) builds a tuple
+# and calls the bytes type on it (about 700 instructions); a lookup in this
+# list allocates nothing, and gluing two costs one small concatenation.
+BYTE: Final = [bytes((value,)) for value in range(256)]
+_UVARINT_END: Final = 1 << 64
+
+
 def encode_uvarint(value: int) -> bytes:
     """Minimal unsigned LEB128, as Go's binary.PutUvarint writes it."""
-    if value < 0 or value >= 1 << 64:
+    if 0 <= value < 0x80:
+        return BYTE[value]  # most: ports, sequence numbers, short lengths
+    if value < 0 or value >= _UVARINT_END:
         raise ValueError(f"uvarint out of range: {value}")
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
+    out = b""
     while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
+        out += BYTE[(value & 0x7F) | 0x80]
         value >>= 7
-    out.append(value)
-    return bytes(out)
+    return out + BYTE[value]
 
 
 def decode_uvarint(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int, int]:
@@ -129,6 +136,4 @@ def encode_frame(ftype: int, body: bytes = b"") -> bytes:
     size = len(body) + 1
     if size > MAX_FRAME:
         raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-    if size < 0x80:
-        return bytes((size, ftype)) + body
-    return encode_uvarint(size) + bytes((ftype,)) + body
+    return encode_uvarint(size) + BYTE[ftype] + body

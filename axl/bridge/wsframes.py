@@ -28,43 +28,46 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
+from typing import Final
 
 from axl.supported import unsupported
 from axl.readbuffer import ReadBuffer
+from axl.wire import BYTE
 
 log = logging.getLogger("axl.bridge")
 
-CONTINUATION = 0x0
-TEXT = 0x1
-BINARY = 0x2
-CLOSE = 0x8
-PING = 0x9
-PONG = 0xA
-_OPCODES = frozenset((CONTINUATION, TEXT, BINARY, CLOSE, PING, PONG))
+CONTINUATION: Final = 0x0
+TEXT: Final = 0x1
+BINARY: Final = 0x2
+CLOSE: Final = 0x8
+PING: Final = 0x9
+PONG: Final = 0xA
+_OPCODES: Final = frozenset((CONTINUATION, TEXT, BINARY, CLOSE, PING, PONG))
 
-NORMAL_CLOSURE = 1000
-GOING_AWAY = 1001
-PROTOCOL_ERROR = 1002
-NO_STATUS = 1005
-INVALID_DATA = 1007
-POLICY_VIOLATION = 1008
-MESSAGE_TOO_BIG = 1009
+NORMAL_CLOSURE: Final = 1000
+GOING_AWAY: Final = 1001
+PROTOCOL_ERROR: Final = 1002
+NO_STATUS: Final = 1005
+INVALID_DATA: Final = 1007
+POLICY_VIOLATION: Final = 1008
+MESSAGE_TOO_BIG: Final = 1009
 # The close codes a peer may send (RFC 6455 7.4.1; 1004-1006 and 1015 are never sent).
-_SENDABLE_CODES = frozenset((1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014))
+_SENDABLE_CODES: Final = frozenset((1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014))
 
-CONTROL_MAX = 125
-MASK_SIZE = 4
+CONTROL_MAX: Final = 125
+MASK_SIZE: Final = 4
+_LONGEST_HEAD: Final = 14  # two bytes, an eight-byte length, the mask
 _HANDSHAKE_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-_FIN = 0x80
-_RESERVED = 0x70
-_MASKED = 0x80
+_FIN: Final = 0x80
+_RESERVED: Final = 0x70
+_MASKED: Final = 0x80
 # _XOR_TABLES[m] maps each byte to itself XOR m, made when first needed (64
 # KiB a node that never serves /ws does not hold).
-_XOR_TABLES: list[bytes] = []
+_XOR_TABLES: Final[list[bytes]] = []
 _MASK_MODULE = "aiohttp._websocket.mask"
 PRIVATE_MASKER = f"{_MASK_MODULE}._websocket_mask_cython"
 # The function unmasking payloads (_choose_masker), once chosen.
-_MASKERS: list[Callable[[bytes, bytearray], None]] = []
+_MASKERS: Final[list[Callable[[bytes, bytearray], None]]] = []
 
 
 class FrameError(Exception):
@@ -92,10 +95,10 @@ def accept_token(key: str) -> str:
 def frame_head(opcode: int, size: int) -> bytes:
     """A server frame's head: FIN, `opcode`, and the length of an unmasked payload."""
     if size < 126:
-        return bytes((_FIN | opcode, size))
+        return BYTE[_FIN | opcode] + BYTE[size]
     if size < 1 << 16:
-        return bytes((_FIN | opcode, 126)) + size.to_bytes(2, "big")
-    return bytes((_FIN | opcode, 127)) + size.to_bytes(8, "big")
+        return BYTE[_FIN | opcode] + BYTE[126] + BYTE[size >> 8] + BYTE[size & 0xFF]
+    return BYTE[_FIN | opcode] + BYTE[127] + size.to_bytes(8, "big")
 
 
 def frame(opcode: int, payload: bytes) -> bytes:
@@ -125,9 +128,15 @@ def read_close(payload: bytes) -> tuple[int, str]:
 
 def unmask(mask: bytes, payload: bytes | bytearray) -> bytes:
     """`payload` XOR the four-byte `mask` repeated."""
+    return _unmasked(mask, bytearray(payload))
+
+
+def _unmasked(mask: bytes, payload: bytes | bytearray) -> bytes:
+    """`payload` XOR `mask`, masked in place when it is a bytearray (the
+    caller's own copy: one copy of a frame fewer)."""
     if not payload:
         return b""
-    data = bytearray(payload)
+    data = payload if isinstance(payload, bytearray) else bytearray(payload)
     (_MASKERS or _choose_masker())[0](mask, data)
     return bytes(data)
 
@@ -244,8 +253,11 @@ class FrameReader:
         available = len(buffer)
         if available < 2:
             return None
+        # One slice of the head, read as bytes: each index into the buffer
+        # itself (bytes or bytearray) would be a generic call.
         data, front = buffer.data, buffer.front
-        first, second = data[front], data[front + 1]
+        head = bytes(data[front:front + _LONGEST_HEAD])
+        first, second = head[0], head[1]
         opcode = first & 0x0F
         final = bool(first & _FIN)
         if first & _RESERVED:
@@ -255,27 +267,26 @@ class FrameReader:
         if not second & _MASKED:
             raise FrameError(PROTOCOL_ERROR, "a client frame that is not masked")
         size = second & 0x7F
-        head = 2
+        head_size = 2
         if size == 126:
-            head = 4
-            if available < head:
+            head_size = 4
+            if available < head_size:
                 return None
-            size = int.from_bytes(data[front + 2:front + 4], "big")
+            size = head[2] << 8 | head[3]
         elif size == 127:
-            head = 10
-            if available < head:
+            head_size = 10
+            if available < head_size:
                 return None
-            size = int.from_bytes(data[front + 2:front + 10], "big")
+            size = int.from_bytes(head[2:10], "big")
         if opcode >= CLOSE:
             if not final or size > CONTROL_MAX:
                 raise FrameError(PROTOCOL_ERROR, "a control frame fragmented or over 125 bytes")
         elif size + self._part_bytes > self.max_message:
             raise FrameError(MESSAGE_TOO_BIG, f"a message over {self.max_message} bytes")
-        start = front + head + MASK_SIZE
+        start = front + head_size + MASK_SIZE
         end = start + size
         if available < end - front:
             return None
-        mask = bytes(data[front + head:start])
-        payload = unmask(mask, data[start:end])
+        payload = _unmasked(head[head_size:head_size + MASK_SIZE], data[start:end])
         buffer.skip(end - front)
         return final, opcode, payload

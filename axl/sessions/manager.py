@@ -43,7 +43,7 @@ from axl.sessions.crypto import (
 from axl.sessions.handshake import (
     TYPE_ACK, TYPE_INIT, TYPE_TRAFFIC, Handshake, group_secret, open_handshake, seal_handshake,
 )
-from axl.wire import KEY_SIZE, DecodeError, decode_uvarint, encode_uvarint
+from axl.wire import BYTE, KEY_SIZE, DecodeError, decode_uvarint, encode_uvarint
 
 log = logging.getLogger(__name__)
 
@@ -406,7 +406,7 @@ class SessionManager:
         if not session.shared_ok:
             self.dropped["bad_remote_key"] += 1
             return []
-        header = (bytes((TYPE_TRAFFIC,)) + encode_uvarint(session.local_key_seq)
+        header = (BYTE[TYPE_TRAFFIC] + encode_uvarint(session.local_key_seq)
                   + encode_uvarint(session.remote_key_seq) + encode_uvarint(session.send_nonce))
         packet = seal(message, session.send_nonce, session.send_shared,
                       header=header, prefix=session.next_own.public + head)
