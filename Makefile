@@ -16,7 +16,7 @@ LINKS ?= tls
 KEYS := configs/keys/node1.pem configs/keys/node2.pem configs/keys/node3.pem
 CONFIGS := configs/node1.json configs/node2.json configs/node3.json
 
-.PHONY: install compile test run run3 testnet bench bench-go bench-sim wan interop clean
+.PHONY: install compile test run run3 testnet bench bench-go bench-sim bench-instructions wan interop clean
 
 install:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -86,6 +86,11 @@ interop: $(BIN)/axl-node
 
 bench-sim: $(BIN)/axl-node
 	$(PY) -m axl.sim.bench
+
+# Instructions per message, counted by valgrind's callgrind (needs valgrind):
+# for changes smaller than the spread of timings on a shared machine.
+bench-instructions: $(BIN)/axl-node
+	$(PY) -m axl.bench.instructions
 
 clean:
 	rm -rf .axl-testnet .pytest_cache build *.egg-info

@@ -122,3 +122,20 @@ def test_the_side_by_side_probe_refuses_a_round_count_of_zero_in_one_line():
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].endswith("argument --rounds: '0' is not a whole number above 0")
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("workload", ["core", "wsframes"])
+def test_the_instruction_workloads_check_what_they_count(workload):
+    """Each workload checks its own messages arrived (acknowledged, or read
+    back whole) and fails otherwise; what valgrind counts is that run."""
+    done = subprocess.run([sys.executable, "-m", "axl.bench.instructions", "--run", workload, "200"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_instruction_counts_without_valgrind_are_one_line_and_exit_2(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "axl.bench.instructions"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2
+    assert done.stderr == "axl.bench.instructions: valgrind not found (Debian: apt install valgrind)\n"

@@ -1,0 +1,163 @@
+"""`python -m axl.bench.instructions`: instructions per message, counted by
+valgrind's callgrind, for changes too small for a clock to see.
+
+On a shared machine the CPU time of a message moves by a fifth from run to
+run; a change that saves 3 % of it cannot be told from the spread. The count
+of instructions is the same from run to run. Each workload runs twice under
+callgrind, with a few messages and with many, and the difference is divided
+by the difference in messages, so start-up and imports cancel out:
+
+- `core`: two node cores on one link in memory, on a virtual clock (as the
+  tests join them), 1 KiB messages in batches of 100, each answered: the
+  sender's and the receiver's work together, from the send to the
+  acknowledgement (routing, sessions, encryption, TCP, the message stream),
+  without the event loop, the sockets or the inbox.
+- `wsframes`: the front door's `/ws` frame reader over masked 1 KiB frames,
+  half of them read from one piece, half from two (as from a socket).
+
+The count covers whichever build is imported (`--version` of axl-node says
+which): the compiled one is what a node runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+from axl import BUILD
+from axl.bridge.wsframes import FrameReader, unmask
+from axl.identity import NodeIdentity
+from axl.node.core import NodeCore
+from axl.node.messages import Acknowledged, InboundMessage, MessageSettings
+from axl.routing.frames import split_frame
+
+WORKLOADS = ("core", "wsframes")
+BATCH = 100
+PAYLOAD = bytes(1024)
+# messages in the short run and in the long one
+FEW, MANY = 200, 2_200
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+class CorePair:
+    """Two cores joined by one link in memory; time jumps to the next timer."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        settings = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
+        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), settings, self.now,
+                               rng=random.Random(n)) for n in (1, 2)]
+        for index, core in enumerate(self.cores):
+            core.link_up(1, self.cores[1 - index].identity.public_key, 0, self.now)
+        self.acknowledged = 0
+
+    def pump(self) -> None:
+        """Carry frames both ways and answer each inbound message, until quiet."""
+        moved = True
+        while moved:
+            moved = False
+            for index, core in enumerate(self.cores):
+                for write in core.frames_to_send():
+                    ftype, body = split_frame(write.frame)
+                    self.cores[1 - index].frame_received(1, ftype, body, self.now)
+                    moved = True
+                while (event := core.next_event()) is not None:
+                    moved = True
+                    if isinstance(event, InboundMessage):
+                        core.answer_inbound(event.handle, True, None, self.now, flush=False)
+                    elif isinstance(event, Acknowledged):
+                        self.acknowledged += 1
+            self.cores[1].flush(self.now)
+
+    def run(self, seconds: float) -> None:
+        end = self.now + seconds
+        while True:
+            self.pump()
+            due = min(core.get_timer() for core in self.cores)
+            if due > end:
+                self.now = end
+                return
+            self.now = max(self.now, due)
+            for core in self.cores:
+                if core.get_timer() <= self.now:
+                    core.handle_timer(self.now)
+
+    def send_batch(self) -> None:
+        sender, dest = self.cores[0], self.cores[1].identity.public_key
+        for _ in range(BATCH):
+            sender.send_message(dest, PAYLOAD, self.now)
+        self.run(0.01)
+
+
+def run_core(count: int) -> None:
+    pair = CorePair()
+    pair.run(3.0)  # the tree and the paths form
+    pair.send_batch()  # the session and the stream open
+    pair.acknowledged = 0
+    for _ in range(count // BATCH):
+        pair.send_batch()
+    pair.run(1.0)
+    if pair.acknowledged != count // BATCH * BATCH:
+        raise SystemExit(f"core: {pair.acknowledged} of {count} acknowledged")
+
+
+def run_wsframes(count: int) -> None:
+    mask = os.urandom(4)
+    payload = os.urandom(32) + PAYLOAD
+    frame = bytes((0x82, 0x80 | 126)) + len(payload).to_bytes(2, "big") + mask + unmask(mask, payload)
+    chunk = frame * BATCH
+    reader = FrameReader(1 << 20)
+    read = 0
+    for turn in range(count // BATCH):
+        if turn % 2:
+            reader.feed(chunk)
+        else:
+            reader.feed(chunk[:len(chunk) // 2])
+            reader.feed(chunk[len(chunk) // 2:])
+        while (message := reader.next_message()) is not None:
+            read += message[1] == payload
+    if read != count // BATCH * BATCH:
+        raise SystemExit(f"wsframes: {read} of {count} frames read back")
+
+
+def counted(workload: str, count: int, valgrind: str) -> int:
+    """Instructions callgrind counted for one run of `workload` over `count` messages."""
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, "-m", "axl.bench.instructions", "--run", workload, str(count)],
+        capture_output=True, text=True, timeout=900)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"axl.bench.instructions: {workload} failed under valgrind: {tail[0]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m axl.bench.instructions",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("workload", nargs="?", choices=WORKLOADS, help="count only this one (default: both)")
+    parser.add_argument("--run", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run:
+        workload, count = args.run
+        (run_core if workload == "core" else run_wsframes)(int(count))
+        return 0
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("axl.bench.instructions: valgrind not found (Debian: apt install valgrind)", file=sys.stderr)
+        return 2
+    print(f"instructions per 1 KiB message, callgrind ({BUILD.describe()})")
+    for workload in [args.workload] if args.workload else WORKLOADS:
+        few, many = (counted(workload, count, valgrind) for count in (FEW, MANY))
+        print(f"{workload:9} {(many - few) / (MANY - FEW):10,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
