@@ -15,62 +15,20 @@ from axl.datagrams import nodeinfo_request
 from axl.errors import MessageTooLarge, PeerUnreachable, ReceiverFull
 from axl.identity import NodeIdentity
 from axl.node.core import NAME_DELAY, NodeCore
+from axl.node.corepair import CorePair
 from axl.node.messages import (
-    Acknowledged, InboundMessage, MessageEvent, MessageSettings, ReplyReceived, SendFailed,
+    Acknowledged, InboundMessage, MessageSettings, ReplyReceived, SendFailed,
 )
-from axl.routing.frames import split_frame
 from axl.node.streams import SENDER_IDLE
 from axl.sessions.manager import SESSION_TIMEOUT
 
 SETTINGS = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
 
 
-class Pair:
-    """Two cores on one link; frames arrive at once, time jumps to the next timer."""
-
+class Pair(CorePair):
     def __init__(self, settings: tuple[MessageSettings, MessageSettings] = (SETTINGS, SETTINGS),
                  **options) -> None:
-        self.now = 1000.0
-        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), settings[n - 1], self.now,
-                               rng=random.Random(n), **options) for n in (1, 2)]
-        self.events: list[list[MessageEvent]] = [[], []]
-        for index, core in enumerate(self.cores):
-            core.link_up(1, self.cores[1 - index].identity.public_key, 0, self.now)
-
-    @property
-    def keys(self) -> list[bytes]:
-        return [core.identity.public_key for core in self.cores]
-
-    def pump(self) -> bool:
-        moved = False
-        for index, core in enumerate(self.cores):
-            for write in core.frames_to_send():
-                ftype, body = split_frame(write.frame)
-                self.cores[1 - index].frame_received(1, ftype, body, self.now)
-                moved = True
-            while (event := core.next_event()) is not None:
-                self.events[index].append(event)
-                moved = True
-        return moved
-
-    def run(self, seconds: float) -> None:
-        end = self.now + seconds
-        while True:
-            while self.pump():
-                pass
-            due = min(core.get_timer() for core in self.cores)
-            if due > end:
-                self.now = end
-                return
-            self.now = max(self.now, due)
-            for core in self.cores:
-                if core.get_timer() <= self.now:
-                    core.handle_timer(self.now)
-
-    def take(self, index: int, kind: type) -> list:
-        found = [event for event in self.events[index] if isinstance(event, kind)]
-        self.events[index] = [event for event in self.events[index] if not isinstance(event, kind)]
-        return found
+        super().__init__(settings, **options)
 
 
 @pytest.fixture

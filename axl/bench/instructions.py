@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -31,10 +30,8 @@ import sys
 
 from axl import BUILD
 from axl.bridge.wsframes import FrameReader, unmask
-from axl.identity import NodeIdentity
-from axl.node.core import NodeCore
-from axl.node.messages import Acknowledged, InboundMessage, MessageSettings
-from axl.routing.frames import split_frame
+from axl.node.corepair import CorePair
+from axl.node.messages import Acknowledged, InboundMessage, MessageEvent, MessageSettings
 
 WORKLOADS = ("core", "wsframes")
 BATCH = 100
@@ -44,58 +41,30 @@ FEW, MANY = 200, 2_200
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-class CorePair:
-    """Two cores joined by one link in memory; time jumps to the next timer."""
+class AnsweringPair(CorePair):
+    """A core pair whose receiver answers each message as it comes, counting
+    the sender's acknowledgements."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
         settings = MessageSettings(lookup_timeout=5.0, send_timeout=10.0)
-        self.cores = [NodeCore(NodeIdentity.from_seed(bytes([n]) * 32), settings, self.now,
-                               rng=random.Random(n)) for n in (1, 2)]
-        for index, core in enumerate(self.cores):
-            core.link_up(1, self.cores[1 - index].identity.public_key, 0, self.now)
+        super().__init__((settings, settings))
         self.acknowledged = 0
 
-    def pump(self) -> None:
-        """Carry frames both ways and answer each inbound message, until quiet."""
-        moved = True
-        while moved:
-            moved = False
-            for index, core in enumerate(self.cores):
-                for write in core.frames_to_send():
-                    ftype, body = split_frame(write.frame)
-                    self.cores[1 - index].frame_received(1, ftype, body, self.now)
-                    moved = True
-                while (event := core.next_event()) is not None:
-                    moved = True
-                    if isinstance(event, InboundMessage):
-                        core.answer_inbound(event.handle, True, None, self.now, flush=False)
-                    elif isinstance(event, Acknowledged):
-                        self.acknowledged += 1
-            self.cores[1].flush(self.now)
-
-    def run(self, seconds: float) -> None:
-        end = self.now + seconds
-        while True:
-            self.pump()
-            due = min(core.get_timer() for core in self.cores)
-            if due > end:
-                self.now = end
-                return
-            self.now = max(self.now, due)
-            for core in self.cores:
-                if core.get_timer() <= self.now:
-                    core.handle_timer(self.now)
+    def on_event(self, index: int, event: MessageEvent) -> None:
+        if isinstance(event, InboundMessage):
+            self.cores[index].answer_inbound(event.handle, True, None, self.now)
+        elif isinstance(event, Acknowledged):
+            self.acknowledged += 1
 
     def send_batch(self) -> None:
-        sender, dest = self.cores[0], self.cores[1].identity.public_key
+        sender, dest = self.cores[0], self.keys[1]
         for _ in range(BATCH):
             sender.send_message(dest, PAYLOAD, self.now)
         self.run(0.01)
 
 
 def run_core(count: int) -> None:
-    pair = CorePair()
+    pair = AnsweringPair()
     pair.run(3.0)  # the tree and the paths form
     pair.send_batch()  # the session and the stream open
     pair.acknowledged = 0
