@@ -42,7 +42,7 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 class AnsweringPair(CorePair):
-    """A core pair whose receiver answers each message as it comes, counting
+    """A core pair whose receiver answers each message it is given, counting
     the sender's acknowledgements."""
 
     def __init__(self) -> None:
@@ -52,9 +52,16 @@ class AnsweringPair(CorePair):
 
     def on_event(self, index: int, event: MessageEvent) -> None:
         if isinstance(event, InboundMessage):
-            self.cores[index].answer_inbound(event.handle, True, None, self.now)
+            self.cores[index].answer_inbound(event.handle, True, None, self.now, flush=False)
         elif isinstance(event, Acknowledged):
             self.acknowledged += 1
+
+    def pump(self) -> bool:
+        """Answers go out together after each pass, as a node answers a
+        commit's messages in one go."""
+        moved = super().pump()
+        self.cores[1].flush(self.now)
+        return moved
 
     def send_batch(self) -> None:
         sender, dest = self.cores[0], self.keys[1]
