@@ -17,17 +17,18 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from functools import lru_cache
 from http import HTTPStatus
+from typing import Final
 
 from axl.bridge.wsframes import valid_key
 
-HEAD_END = b"\r\n\r\n"
+HEAD_END: Final = b"\r\n\r\n"
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
 # Header lines, each ending in CRLF: a token, a colon, a value without control characters.
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")
 # A client sends the same head again and again (same route, headers and body
 # size): heads up to this size are parsed once, and the last CACHED_HEADS of
 # them remembered (at most 128 KiB).
-CACHED_HEAD_SIZE = 1024
+CACHED_HEAD_SIZE: Final = 1024
 CACHED_HEADS = 128
 
 
@@ -170,7 +171,7 @@ def text_answer(status: int, message: str) -> Answer:
     return Answer(status, (message + "\n").encode(), "text/plain; charset=utf-8")
 
 
-_STATUS_LINES: dict[int, bytes] = {
+_STATUS_LINES: Final[dict[int, bytes]] = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus
 }
 
@@ -194,22 +195,22 @@ class HttpDate:
 def render_head(answer: Answer, keep_alive: bool, date_lines: bytes) -> bytes:
     """The status line and headers of `answer`, up to and with the blank line
     (`date_lines` from HttpDate.now)."""
-    return _fixed_lines(answer.status, len(answer.body), answer.content_type, answer.headers,
-                        keep_alive) + date_lines
+    head = _fixed_lines(answer.status, len(answer.body), answer.content_type)
+    for name, value in answer.headers:
+        head += b"%s: %s\r\n" % (name.encode(), value.encode("latin-1"))
+    if not keep_alive:
+        head += b"Connection: close\r\n"
+    return head + date_lines
 
 
 @lru_cache(maxsize=CACHED_HEADS)
-def _fixed_lines(status: int, length: int, content_type: str | None,
-                 headers: tuple[tuple[str, str], ...], keep_alive: bool) -> bytes:
-    """The lines of a head that do not change by the second; the node's
-    answers repeat a few of them (a /send's 200 with its size, say)."""
+def _fixed_lines(status: int, length: int, content_type: str | None) -> bytes:
+    """The lines of a head that the node's answers repeat (a /send's 200 with
+    its size, say). An answer's own headers stay out: a /recv's carries the
+    message's id, and would make each of its answers a miss that evicts another."""
     parts = [_STATUS_LINES[status]]
     if status != 204:  # a 204 has no body, and says nothing of its length (RFC 9110 8.6)
         parts.append(b"Content-Length: %d\r\n" % length)
     if content_type is not None:
         parts.append(b"Content-Type: %s\r\n" % content_type.encode())
-    for name, value in headers:
-        parts.append(b"%s: %s\r\n" % (name.encode(), value.encode("latin-1")))
-    if not keep_alive:
-        parts.append(b"Connection: close\r\n")
     return b"".join(parts)
