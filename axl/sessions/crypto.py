@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import importlib
 import os
-import struct
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Final
 
 import nacl.bindings as sodium
 from nacl.exceptions import CryptoError
 
-BOX_KEY_SIZE = 32
-BOX_OVERHEAD = 16
-_NONCE_PREFIX = bytes(16)
+BOX_KEY_SIZE: Final = 32
+BOX_OVERHEAD: Final = 16
+_NONCE_PREFIX: Final = bytes(16)
 PRIVATE_CALLS = ("ffi.new_allocator", "ffi.from_buffer", "ffi.buffer",
                  "lib.crypto_box_easy_afternm", "lib.crypto_box_open_easy_afternm")
 """What seal_in_place and open_in_place use of nacl._sodium."""
@@ -88,7 +87,7 @@ def shared_key(public: bytes, private: bytes) -> bytes | None:
 
 
 def box_nonce(counter: int) -> bytes:
-    return _NONCE_PREFIX + struct.pack("!Q", counter)
+    return _NONCE_PREFIX + counter.to_bytes(8, "big")
 
 
 def seal_in_place(message: bytes | memoryview, counter: int, key: bytes, header: bytes = b"",
