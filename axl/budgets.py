@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from axl.wire import MAX_FRAME
 
-KiB = 1 << 10
-MiB = 1 << 20
+KiB: Final = 1 << 10
+MiB: Final = 1 << 20
 
 # --- a direct peer, on the link ----------------------------------------------
 
@@ -68,7 +69,7 @@ MAX_DEVICE_ENTRIES = 4096
 TCP_RECEIVE_BUFFER = 4 * MiB
 TCP_SEND_BUFFER = 4 * MiB
 # Overlay addresses whose proven sender key is remembered (LRU).
-MAX_REMEMBERED_SENDERS = 4096
+MAX_REMEMBERED_SENDERS: Final = 4096
 # The message stream: messages one connection may have unanswered, enough
 # for a round trip's worth in flight (a 200 ms path at 12.5 MB/s holds about
 # 2,400 of 1 KiB). The receiver tells a version 2 sender this number, and
@@ -81,11 +82,11 @@ MAX_REMEMBERED_SENDERS = 4096
 # ahead of the highest the receiver has seen: a sender numbers its messages
 # as they go out, so one further ahead breaks the protocol and the stream
 # is reset.
-STREAM_WINDOW = 4096
+STREAM_WINDOW: Final = 4096
 # The window of version 1 of the stream, which every receiver of ours takes:
 # a sender's window until the receiver says it takes more, and the least
 # it ever keeps.
-STREAM_BASE_WINDOW = 256
+STREAM_BASE_WINDOW: Final = 256
 # Sender sessions a receiver remembers (least recently used forgotten
 # first), for the node and for each sender: a sender needs one per
 # destination it streams to at a time, and one minting session ids pushes
@@ -119,13 +120,13 @@ MAX_RUMORS = 4096
 
 # A request head longer than this without its end is handed to the full
 # application, which refuses it (400 or 431).
-MAX_HEAD = 16 * KiB
+MAX_HEAD: Final = 16 * KiB
 # Bytes read ahead of the request being answered (pipelined requests, or a
 # client not reading its answers): beyond it reading pauses until they are
 # served. Per connection, and for all connections of the front door together
 # (a connection holding a request head's worth then pauses too).
-MAX_READ_AHEAD = 1 * MiB
-READ_AHEAD_PER_NODE = 16 * MiB
+MAX_READ_AHEAD: Final = 1 * MiB
+READ_AHEAD_PER_NODE: Final = 16 * MiB
 # At most this much of an oversized body is read and discarded before the 413.
 DISCARD_MAX = 64 * MiB
 # /ws: sends of one connection waiting for their acknowledgement (count and

@@ -19,6 +19,7 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import nacl.bindings as sodium
 from nacl.exceptions import CryptoError
@@ -26,8 +27,8 @@ from nacl.exceptions import CryptoError
 from axl.der import OID_ED25519, element, encode
 from axl.wire import KEY_SIZE
 
-ADDRESS_PREFIX = 0x02
-SUBNET_PREFIX = 0x03
+ADDRESS_PREFIX: Final = 0x02
+SUBNET_PREFIX: Final = 0x03
 SIGNATURE_SIZE = 64
 PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
 PEM_END = b"-----END PRIVATE KEY-----"

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final
 
-MAX_UVARINT_LEN = 10
+MAX_UVARINT_LEN: Final = 10
 # Largest ironwood link frame (type byte + body) yggdrasil accepts: 65535 x 2.
 # A larger one closes the link at the receiver, so senders drop them instead.
 MAX_FRAME = 131070
-KEY_SIZE = 32
+KEY_SIZE: Final = 32
 SIG_SIZE = 64
 # What a parser accepts: received bytes, a view into a read buffer, or a
 # buffer being built. Said in full because a compiled build checks `bytes`

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from json.decoder import scanstring  # type: ignore[attr-defined]  # not in typeshed
-from typing import Any
+from typing import Any, Final
 
 from axl.wire import DecodeError
 
@@ -209,7 +209,7 @@ def parse_a2a_envelope(payload: bytes) -> A2aEnvelope | None:
     )
 
 
-_OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
+_OBJECT_START: Final = re.compile(rb"[ \t\r\n]*\{")
 
 
 def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnvelope | A2aEnvelope | None:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from axl.bridge.handoff import Handoff
 from axl.bridge.http1 import Answer, text_answer
@@ -28,11 +28,11 @@ from axl.observe.view import ObservedNode
 
 log = logging.getLogger("axl.bridge")
 
-MAX_RECV_WAIT = 300.0
+MAX_RECV_WAIT: Final = 300.0
 DEST_HEADER = "X-Destination-Peer-Id"
 # The message's own id (as /ws gives it): the same if it is delivered again.
-MESSAGE_ID_HEADER = "X-Message-Id"
-RECEIVER_ATTACHED = "a /ws?recv=1 connection is receiving this node's messages"
+MESSAGE_ID_HEADER: Final = "X-Message-Id"
+RECEIVER_ATTACHED: Final = "a /ws?recv=1 connection is receiving this node's messages"
 JSON = "application/json; charset=utf-8"
 
 

@@ -38,7 +38,7 @@ import termios
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 from urllib.parse import parse_qsl
 
 from axl.bridge import api
@@ -60,12 +60,12 @@ from axl.tasks import start_task
 log = logging.getLogger("axl.bridge")
 
 # Idle keep-alive connections are closed after this long.
-KEEPALIVE_TIMEOUT = 75.0
+KEEPALIVE_TIMEOUT: Final = 75.0
 # Pipelined requests served one after another before the event loop gets a
 # turn: 64 connections pipelining /topology at 32 each held /health 1.7 s.
-REQUESTS_PER_TURN = 8
+REQUESTS_PER_TURN: Final = 8
 # Above this an answer's body is written after its head, not copied into one buffer with it.
-JOIN_LIMIT = 64 << 10
+JOIN_LIMIT: Final = 64 << 10
 # A /send body from this size on goes out into the overlay as it arrives
 # (when the node has a message stream to the destination), not once whole.
 STREAMED_BODY = 1 << 20
@@ -74,7 +74,7 @@ ACK_POLL_INTERVAL = 0.02
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 # The GET routes the front door serves, by path: the BridgeConnection method for each.
-_GET_ROUTES = {"/recv": "_recv", "/topology": "_topology", "/health": "_health", "/metrics": "_metrics"}
+_GET_ROUTES: Final = {"/recv": "_recv", "/topology": "_topology", "/health": "_health", "/metrics": "_metrics"}
 
 
 @dataclass

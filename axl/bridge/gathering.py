@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Final
 
 from axl.eventloop import running_loop
 
 # Writes smaller than this wait for the end of the turn; a larger one goes at
 # once, after those gathered, and so does everything once this much waits.
-GATHER_LIMIT = 64 << 10
+GATHER_LIMIT: Final = 64 << 10
 
 
 class TurnWriter:

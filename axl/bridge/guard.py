@@ -27,6 +27,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 from urllib.parse import parse_qsl
 
 from axl.bridge.http1 import Answer, text_answer
@@ -85,9 +86,9 @@ def unauthorized(path: str, authorization: str = "") -> Answer:
 
 
 # Routes whose body is a JSON document, by path prefix.
-JSON_BODY_ROUTES = ("/peers", "/mcp/", "/a2a/")
+JSON_BODY_ROUTES: Final = ("/peers", "/mcp/", "/a2a/")
 # Methods that carry a body on those routes.
-BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ import json
 import logging
 import time
 from collections import deque
-from typing import Protocol
+from typing import Final, Protocol
 
 from axl.bridge.api import BridgeNode, InFlightBoard, QueuedMessage, ReceiverSlot, record_send
 from axl.bridge.wsframes import BINARY, POLICY_VIOLATION, TEXT
@@ -45,7 +45,7 @@ from axl.tasks import start_task
 
 log = logging.getLogger("axl.bridge")
 
-KEY_SIZE = 32
+KEY_SIZE: Final = 32
 ID_SIZE = 8
 DEFAULT_WINDOW = 64
 # How long one wait for an incoming message lasts before the pump looks again.

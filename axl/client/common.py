@@ -12,7 +12,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from axl.budgets import WS_MAX_WINDOW
 
@@ -31,7 +31,7 @@ HEARTBEAT_SECONDS = 30.0
 SEND_WINDOW = 1024
 # The bridge's limits (SPEC: /recv's wait, and /ws's window, WS_MAX_WINDOW): a
 # value outside them is refused here, before a request, with the reason.
-MAX_RECV_WAIT = 300.0
+MAX_RECV_WAIT: Final = 300.0
 # What the bridge says when a second receiver asks; the WebSocket handshake
 # gives the client the status only.
 RECEIVER_TAKEN = "another /ws connection is receiving this node's messages"

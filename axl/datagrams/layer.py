@@ -15,17 +15,17 @@ per key, and a request unanswered for QUERY_TIMEOUT is forgotten.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from axl.gojson import go_json
 from axl.identity import NodeIdentity
 from axl.wire import KEY_SIZE
 
-TYPE_IPV6 = 0x01
+TYPE_IPV6: Final = 0x01
 IPV6_HEAD = bytes((TYPE_IPV6,))
 """What precedes an IPv6 packet in a session message (SessionManager.send's
 `head`, so a 64 KiB packet is not copied just to put one byte in front)."""
-TYPE_PROTO = 0x02
+TYPE_PROTO: Final = 0x02
 
 PROTO_NODEINFO_REQUEST = 0x01
 PROTO_NODEINFO_RESPONSE = 0x02

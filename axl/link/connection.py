@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from axl.eventloop import running_loop
 from axl.identity import NodeIdentity, peer_id
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 _link_ids = itertools.count(1)
 CLOSE_GRACE = 1.0
 COALESCE_BYTES = 64 * 1024
-READ_BUFFER_BYTES = 128 * 1024
+READ_BUFFER_BYTES: Final = 128 * 1024
 """The read buffer the link connections of a thread share: room for two
 64 KiB frames, so that half of a bulk transfer's frames lie whole inside one
 read and the frame decoder copies them once (a 64 KiB buffer split nearly
@@ -421,7 +421,7 @@ def _format_addr(addr: tuple[Any, ...]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-_per_thread = threading.local()
+_per_thread: Final = threading.local()
 
 
 def _shared_read_buffer() -> memoryview:

@@ -8,6 +8,7 @@ length, a malformed length prefix or an unknown type, and so do we.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Final
 
 from axl.wire import MAX_FRAME, MAX_UVARINT_LEN, DecodeError, FrameType, decode_uvarint, encode_frame
 
@@ -15,7 +16,7 @@ __all__ = ["KEEPALIVE_FRAME", "MAX_FRAME", "MAX_FRAME_TYPE", "FrameDecoder", "Fr
            "FrameType", "encode_frame"]
 
 
-MAX_FRAME_TYPE = max(FrameType)
+MAX_FRAME_TYPE: Final = max(FrameType)
 KEEPALIVE_FRAME = b"\x01\x01"
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from axl.identity import NodeIdentity, verify
 from axl.wire import KEY_SIZE, SIG_SIZE, DecodeError
 
-MAGIC = b"meta"
-HEADER_SIZE = 6
+MAGIC: Final = b"meta"
+HEADER_SIZE: Final = 6
 PROTOCOL_MAJOR = 0
 PROTOCOL_MINOR = 5
 MAX_META_LENGTH = 1024

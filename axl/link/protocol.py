@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from axl.identity import NodeIdentity
 from axl.link.counters import LinkCounters
@@ -24,7 +25,7 @@ from axl.wire import DecodeError, decode_uvarint
 
 HANDSHAKE_TIMEOUT = 6.0
 # Types 0 and 1 are the link's own (padding and keepalive); the node sees the rest.
-FIRST_NODE_TYPE = FrameType.SIGREQ
+FIRST_NODE_TYPE: Final = FrameType.SIGREQ
 
 
 class HandshakeRefused(Exception):

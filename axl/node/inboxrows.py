@@ -21,13 +21,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from axl.wire import KEY_SIZE
 
 # A message's record: its id, its sender's key, where its payload is, the
 # payload's length; then the payload itself when it is IN_ROW.
-RECORD = struct.Struct(f"!Q{KEY_SIZE}sBI")
-IN_ROW = 0
+RECORD: Final = struct.Struct(f"!Q{KEY_SIZE}sBI")
+IN_ROW: Final = 0
 APART = 1  # in a file of its own (axl.node.store)
 
 

@@ -37,25 +37,26 @@ import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from axl.budgets import STREAM_BASE_WINDOW, STREAM_WINDOW
 from axl.node.streamsessions import SessionLru
 from axl.wire import DecodeError
 
-MAGIC = b"AXLS"
+MAGIC: Final = b"AXLS"
 VERSION = 2
 VERSIONS = frozenset((1, VERSION))
-MESSAGE = 1
-ACK = 2
-WINDOW = 3
-_HELLO = struct.Struct("!4sBQ")
-_MESSAGE = struct.Struct("!BQI")
-_ACK = struct.Struct("!BQH")
-_WINDOW = struct.Struct("!BI")
+MESSAGE: Final = 1
+ACK: Final = 2
+WINDOW: Final = 3
+_HELLO: Final = struct.Struct("!4sBQ")
+_MESSAGE: Final = struct.Struct("!BQI")
+_ACK: Final = struct.Struct("!BQH")
+_WINDOW: Final = struct.Struct("!BI")
 
-STATUS_QUEUED = 200
-STATUS_TOO_LARGE = 413
-STATUS_REFUSED = 503
+STATUS_QUEUED: Final = 200
+STATUS_TOO_LARGE: Final = 413
+STATUS_REFUSED: Final = 503
 KNOWN_STATUSES = frozenset((STATUS_QUEUED, STATUS_TOO_LARGE, STATUS_REFUSED))
 # A sender's window is this many times the messages its path carried in
 # the last round trip: room to find out whether the path carries more.
@@ -65,12 +66,12 @@ PATH_HEADROOM = 8
 # spending round trips growing from the base one.
 LONG_PATH_RTT = 0.1
 # How a SessionRecord keeps each answer: one byte, 0 for none.
-_STATUS_CODES = {STATUS_QUEUED: 1, STATUS_REFUSED: 2, STATUS_TOO_LARGE: 3}
+_STATUS_CODES: Final = {STATUS_QUEUED: 1, STATUS_REFUSED: 2, STATUS_TOO_LARGE: 3}
 _CODE_STATUSES = (None, STATUS_QUEUED, STATUS_REFUSED, STATUS_TOO_LARGE)
 
 # A payload from this size on is written as it is, after its own header,
 # instead of being copied into one frame (a 16 MiB copy per large message).
-SEPARATE_PAYLOAD = 64 * 1024
+SEPARATE_PAYLOAD: Final = 64 * 1024
 # A body written as it arrives goes out once this much of it is waiting (about
 # a full TCP segment), or once it is whole: a client uploading in 4 KiB pieces
 # made a 4 KiB segment of each, at 15 times the CPU per MB of full ones.

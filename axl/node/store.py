@@ -66,6 +66,7 @@ from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from axl.budgets import STREAM_WINDOW
 from axl.config import NodeConfig
@@ -91,24 +92,24 @@ _SCHEMA = (
 )
 # Schemas 1 to 3 kept a row per message, moved into rows of this many at the upgrade.
 _UPGRADE_ROW_RECORDS = 1000
-_WINDOW_BYTES = STREAM_WINDOW // 8
-_WINDOW_MASK = (1 << STREAM_WINDOW) - 1
-_COMMITTED_UPTO = struct.Struct("!Q")
+_WINDOW_BYTES: Final = STREAM_WINDOW // 8
+_WINDOW_MASK: Final = (1 << STREAM_WINDOW) - 1
+_COMMITTED_UPTO: Final = struct.Struct("!Q")
 # The window of the session records of schemas 1 and 2, in bits.
 _OLD_WINDOW = 256
 _SESSION_ID = struct.Struct("!Q")
-_PAGE_SIZE = 4096
+_PAGE_SIZE: Final = 4096
 # A checkpoint after about this many pages in the WAL (SQLite's own default),
 # and one that commits wait for if the WAL grew this long all the same.
-CHECKPOINT_PAGES = 1000
+CHECKPOINT_PAGES: Final = 1000
 WAL_CAP_PAGES = 16 * CHECKPOINT_PAGES
 # Payloads this long or longer are kept in files of their own.
-APART_BYTES = 256 * 1024
+APART_BYTES: Final = 256 * 1024
 # With "normal", a row this long or longer is kept in a file of its own.
 ROW_FILE_BYTES = 16 * 1024
 # A batch whose payloads in the row add up to this much is copied into the
 # database (or its row's file) on the store's thread, not on the event loop.
-THREAD_BYTES = 1 << 20
+THREAD_BYTES: Final = 1 << 20
 # What a row kept in a file of its own holds in the database: the file's
 # length (shorter than any record, so never taken for one).
 _ROW_IN_FILE = struct.Struct("!Q")

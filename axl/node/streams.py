@@ -29,7 +29,7 @@ from builtins import memoryview  # noqa: A004
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from axl.budgets import MAX_UNSUPPORTED, STREAM_WINDOW, BudgetUse
 from axl.errors import (DeliveryError, DeliveryTimeout, MessageTooLarge, PeerUnreachable, ReceiverFull,
@@ -77,7 +77,7 @@ BODY_HOLD = 1.0
 MAX_REOPENS = 2
 # How long a receiver that closed waits for the sender's last ACK before it
 # resets (on a message stream and on a one-message connection alike).
-LAST_ACK_WAIT = 10.0
+LAST_ACK_WAIT: Final = 10.0
 MAY_HAVE_ARRIVED = "; it may or may not have been delivered"
 # What a 503 on the stream means (the receiver's log says which).
 STREAM_REFUSAL_CAUSES = "its receive queue is full, or it is at its budget for our MCP/A2A messages"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Final
 
 from axl.budgets import MAX_DEVICE_ENTRIES
 from axl.identity import (
@@ -23,9 +24,9 @@ from axl.identity import (
 )
 from axl.packets.ipv6 import HEADER_SIZE, packet_too_big
 
-KEY_TIMEOUT = 120.0
+KEY_TIMEOUT: Final = 120.0
 DEFAULT_MTU = 1280
-_SUBNET_SIZE = 8
+_SUBNET_SIZE: Final = 8
 
 
 @dataclass(init=False)

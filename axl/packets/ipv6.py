@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from axl.wire import BytesLike, DecodeError
 
-HEADER_SIZE = 40
+HEADER_SIZE: Final = 40
 ADDRESS_SIZE = 16
-NEXT_HEADER_TCP = 6
+NEXT_HEADER_TCP: Final = 6
 NEXT_HEADER_ICMPV6 = 58
 DEFAULT_HOP_LIMIT = 64
 
-_HEADER = struct.Struct("!IHBB16s16s")
+_HEADER: Final = struct.Struct("!IHBB16s16s")
 
 
 @dataclass(init=False)
@@ -132,7 +133,7 @@ def _congruent_word_sum(data: BytesLike) -> int:
     return value
 
 
-_RUN = 4096
+_RUN: Final = 4096
 
 
 ICMPV6_PACKET_TOO_BIG = 2

@@ -10,6 +10,7 @@ union, equality and membership single big-int operations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import mmh3
 
@@ -21,7 +22,7 @@ BLOOM_HASHES = 8
 FLAG_BYTES = BLOOM_WORDS // 8
 BLOOM_BYTES = BLOOM_WORDS * 8
 WORD_MASK = (1 << 64) - 1
-_U64 = 1 << 64
+_U64: Final = 1 << 64
 _ZERO_WORD = bytes(8)
 _ONES_WORD = b"\xff" * 8
 

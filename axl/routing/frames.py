@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from axl.identity import verify
 from axl.routing.bloom import BloomFilter
@@ -17,16 +18,16 @@ from axl.wire import KEY_SIZE, MAX_FRAME, DecodeError, FrameType, Reader, decode
 MAX_WATERMARK = (1 << 64) - 1
 
 # Short names for the frame types this layer handles (one definition: wire.FrameType).
-TYPE_DUMMY = FrameType.DUMMY
-TYPE_KEEPALIVE = FrameType.KEEPALIVE
+TYPE_DUMMY: Final = FrameType.DUMMY
+TYPE_KEEPALIVE: Final = FrameType.KEEPALIVE
 TYPE_SIGREQ = FrameType.SIGREQ
 TYPE_SIGRES = FrameType.SIGRES
-TYPE_ANNOUNCE = FrameType.ANNOUNCE
-TYPE_BLOOM = FrameType.BLOOM
+TYPE_ANNOUNCE: Final = FrameType.ANNOUNCE
+TYPE_BLOOM: Final = FrameType.BLOOM
 TYPE_PATH_LOOKUP = FrameType.PATH_LOOKUP
 TYPE_PATH_NOTIFY = FrameType.PATH_NOTIFY
 TYPE_PATH_BROKEN = FrameType.PATH_BROKEN
-TYPE_TRAFFIC = FrameType.TRAFFIC
+TYPE_TRAFFIC: Final = FrameType.TRAFFIC
 
 QUEUED_TYPES = frozenset({TYPE_PATH_LOOKUP, TYPE_PATH_NOTIFY, TYPE_PATH_BROKEN, TYPE_TRAFFIC})
 

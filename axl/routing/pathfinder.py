@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from axl.budgets import MAX_RUMORS
 from axl.identity import bloom_transform
@@ -40,7 +40,7 @@ from axl.routing.frames import (
 if TYPE_CHECKING:
     from axl.routing.router import Router
 
-PATH_TIMEOUT = 60.0
+PATH_TIMEOUT: Final = 60.0
 PATH_THROTTLE = 1.0
 # Lookups re-sent for a rumor still holding a packet (see retry_waiting_rumors).
 RUMOR_RETRIES = 15

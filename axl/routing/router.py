@@ -22,6 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from axl.budgets import LOOKUP_BURST, LOOKUP_RATE, MAX_INFOS_PER_PEER
 from axl.identity import NodeIdentity, bloom_transform, verify
@@ -55,11 +56,11 @@ from axl.wire import MAX_FRAME, DecodeError, encode_frame
 ROUTER_REFRESH = 240.0
 ROUTER_TIMEOUT = 300.0
 BLOOM_RESEND_TICKS = 3600
-SETTLE_DELAY = 0.02
+SETTLE_DELAY: Final = 0.02
 """How soon after a tree frame (SigRes, Announce, Bloom) the router sends
 what it changes, instead of at the next 1-second tick; also the most often
 a peer's frames can make it do so."""
-TREE_SETTLING_TYPES = frozenset((TYPE_SIGRES, TYPE_ANNOUNCE, TYPE_BLOOM))
+TREE_SETTLING_TYPES: Final = frozenset((TYPE_SIGRES, TYPE_ANNOUNCE, TYPE_BLOOM))
 UNKNOWN_LAG_NS = (1 << 32) - 1
 # Destinations whose next hop is remembered (all forgotten at once past this).
 HOP_CACHE_SIZE = 4096
@@ -778,7 +779,7 @@ class Router:
 # By frame type, the Router method that takes it. At module level, not in the
 # class body: a compiled build makes Router a native class, whose body holds
 # only methods and attributes.
-_FRAME_HANDLERS: dict[int, Callable[[Router, _Link, bytes], None]] = {
+_FRAME_HANDLERS: Final[dict[int, Callable[[Router, _Link, bytes], None]]] = {
     TYPE_SIGREQ: Router._on_sigreq,
     TYPE_SIGRES: Router._on_sigres,
     TYPE_ANNOUNCE: Router._on_announce,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from axl.identity import NodeIdentity, verify
 from axl.sessions.crypto import (
@@ -26,10 +27,10 @@ from axl.sessions.crypto import (
 )
 from axl.wire import SIG_SIZE
 
-TYPE_DUMMY = 0
-TYPE_INIT = 1
-TYPE_ACK = 2
-TYPE_TRAFFIC = 3
+TYPE_DUMMY: Final = 0
+TYPE_INIT: Final = 1
+TYPE_ACK: Final = 2
+TYPE_TRAFFIC: Final = 3
 
 _FIELDS = struct.Struct("!32s32sQQ")
 _PAYLOAD_SIZE = SIG_SIZE + _FIELDS.size

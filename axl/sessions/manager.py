@@ -33,6 +33,7 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from axl.budgets import MAX_SESSION_BUFFERS, MAX_SESSIONS
 from axl.identity import NodeIdentity
@@ -47,13 +48,13 @@ from axl.wire import BYTE, KEY_SIZE, DecodeError, decode_uvarint, encode_uvarint
 
 log = logging.getLogger(__name__)
 
-SESSION_TIMEOUT = 60.0
-RATCHET_INTERVAL = 60.0
+SESSION_TIMEOUT: Final = 60.0
+RATCHET_INTERVAL: Final = 60.0
 # A handshake that fails to verify is noted in the log at most this often:
 # any node on a path can send them.
 UNVERIFIED_LOG_INTERVAL = 60.0
-TRAFFIC_OVERHEAD_MIN = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
-_U64 = 1 << 64
+TRAFFIC_OVERHEAD_MIN: Final = 1 + 1 + 1 + 1 + BOX_OVERHEAD + BOX_KEY_SIZE
+_U64: Final = 1 << 64
 
 
 @dataclass(init=False)

@@ -17,11 +17,12 @@ bytearray and copying it out cost two copies of every segment.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Final
 
-_COMPACT_AFTER = 64
+_COMPACT_AFTER: Final = 64
 """Released chunk slots tolerated at the front before the lists are shortened."""
 
-_RELEASED = memoryview(b"")
+_RELEASED: Final = memoryview(b"")
 
 
 class SendBuffer:

@@ -20,6 +20,7 @@ import enum
 import heapq
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from axl.budgets import TCP_RECEIVE_BUFFER, TCP_SEND_BUFFER
 from axl.tcp.events import (
@@ -37,9 +38,9 @@ from axl.tcp.recovery import NewReno, PathStats, RttEstimator
 from axl.tcp.segment import ACK, FIN, MAX_WINDOW_SCALE, PSH, RST, SYN, TcpSegment
 from axl.tcp.buffers import ReceiveQueue, SendBuffer
 
-SEQ_MODULUS = 1 << 32
-_HALF_SEQ = 1 << 31
-MAX_WINDOW_FIELD = 0xFFFF
+SEQ_MODULUS: Final = 1 << 32
+_HALF_SEQ: Final = 1 << 31
+MAX_WINDOW_FIELD: Final = 0xFFFF
 
 IPV6_DEFAULT_MSS = 1220
 """MSS toward a 1280-byte MTU (the Go node's); also what a SYN without the option implies.
@@ -68,9 +69,9 @@ class State(enum.Enum):
 # Tuples, not sets: membership in a tuple compares identities, while a set
 # hashes the member first, and an Enum's __hash__ is a Python call.
 _SENDING_STATES = (State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK)
-_RECEIVING_STATES = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)
+_RECEIVING_STATES: Final = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)
 _OPEN_FOR_WRITES = (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT)
-_UNSYNCHRONIZED = (State.CLOSED, State.SYN_SENT, State.SYN_RECEIVED)
+_UNSYNCHRONIZED: Final = (State.CLOSED, State.SYN_SENT, State.SYN_RECEIVED)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from axl.packets.ipv6 import (
     HEADER_SIZE as IPV6_HEADER_SIZE,
@@ -22,25 +23,25 @@ from axl.packets.ipv6 import (
 )
 from axl.wire import DecodeError
 
-FIN = 0x01
-SYN = 0x02
-RST = 0x04
-PSH = 0x08
-ACK = 0x10
+FIN: Final = 0x01
+SYN: Final = 0x02
+RST: Final = 0x04
+PSH: Final = 0x08
+ACK: Final = 0x10
 URG = 0x20
 
-TCP_HEADER_SIZE = 20
+TCP_HEADER_SIZE: Final = 20
 MAX_OPTIONS_SIZE = 40
 MAX_WINDOW_SCALE = 14
 
 OPT_END = 0
-OPT_NOP = 1
+OPT_NOP: Final = 1
 OPT_MSS = 2
 OPT_WINDOW_SCALE = 3
 OPT_SACK_PERMITTED = 4
 OPT_TIMESTAMPS = 8
 
-_TCP_HEADER = struct.Struct("!HHIIBBHHH")
+_TCP_HEADER: Final = struct.Struct("!HHIIBBHHH")
 _FLAG_NAMES = ((FIN, "FIN"), (SYN, "SYN"), (RST, "RST"), (PSH, "PSH"), (ACK, "ACK"), (URG, "URG"))
 
 
