@@ -100,13 +100,18 @@ class JournalState(Enum):
 
     # Batches commit as they gather.
     READY = "ready"
-    # The WAL reached WAL_CAP_PAGES: commits wait for a checkpoint that empties it.
+    # The WAL reached WAL_CAP_PAGES, or commits succeed again after FAILING:
+    # commits wait for a checkpoint that empties it.
     EMPTYING = "emptying"
-    # That checkpoint could not empty it (another process reads the file): new
+    # That checkpoint could not empty it (another process reads the file, or the
+    # disk has no room for the pages it copies into the database): new
     # messages are refused, deliveries commit, the checkpoint is tried again after a back-off.
     WAL_HELD = "wal held"
     # The last commit failed (a full disk): new messages try at once (and are
     # refused while commits fail), the rest after a back-off; no client is handed a message.
+    # The first commit that succeeds again empties the WAL (EMPTYING): while
+    # commits failed and the disk had room now and then, the WAL grew into it,
+    # and a checkpoint is due only every CHECKPOINT_PAGES.
     FAILING = "failing"
     CLOSED = "closed"
 
@@ -117,7 +122,7 @@ _TRANSITIONS: dict[JournalState, frozenset[JournalState]] = {
     JournalState.EMPTYING: frozenset({JournalState.READY, JournalState.WAL_HELD, JournalState.FAILING,
                                       JournalState.CLOSED}),
     JournalState.WAL_HELD: frozenset({JournalState.EMPTYING, JournalState.FAILING, JournalState.CLOSED}),
-    JournalState.FAILING: frozenset({JournalState.READY, JournalState.CLOSED}),
+    JournalState.FAILING: frozenset({JournalState.EMPTYING, JournalState.CLOSED}),
     JournalState.CLOSED: frozenset(),
 }
 
@@ -235,14 +240,13 @@ class Journal:
             log.error("inbox: cannot commit to %s (%s): new messages are refused (503) and /recv hands "
                       "out none until a commit succeeds", self.store.path, why)
         elif state is JournalState.WAL_HELD and not held_before:
-            log.error("inbox: the WAL of %s is over its cap of %d pages and cannot be emptied (%s): new "
-                      "messages are refused (503) until it can; trying again every %g s at most",
-                      self.store.path, WAL_CAP_PAGES, why, RETRY_MOST_SECONDS)
-        elif state is JournalState.READY and before is JournalState.FAILING:
-            log.info("inbox: commits succeed again")
+            log.error("inbox: the WAL of %s cannot be emptied (%s): new messages are refused (503) until it "
+                      "can; trying again every %g s at most", self.store.path, why, RETRY_MOST_SECONDS)
+        elif before is JournalState.FAILING:
+            log.info("inbox: commits succeed again; emptying the WAL")
         elif state is JournalState.READY and held_before:
             log.info("inbox: the WAL of %s was emptied: new messages are taken again", self.store.path)
-        if state in (JournalState.READY, JournalState.CLOSED):
+        if state in (JournalState.READY, JournalState.CLOSED) or before is JournalState.FAILING:
             self._backoff.reset()
             if self._retry is not None:
                 self._retry.cancel()
@@ -378,7 +382,7 @@ class Journal:
         """A batch is committed: its messages are queued and their senders answered."""
         self.commit_seconds.observe(time.monotonic() - started)
         if self.state is JournalState.FAILING:
-            self._enter(JournalState.READY)
+            self._enter(JournalState.EMPTYING)
         for key, session in batch.sessions.items():
             self._keep(key, session)
         for entry in staged:
