@@ -92,6 +92,39 @@ async def test_messages_wait_for_their_commit_and_come_back_after_a_reopen(tmp_p
     last.close()
 
 
+async def test_ids_never_repeat_when_the_row_that_holds_the_highest_is_all_start_up_has(tmp_path: Path) -> None:
+    """A commit that adds a row leaves the highest id in that row alone, and
+    start-up finds it there; a start-up that drops that row (its payload
+    lost) keeps the id for the starts after it."""
+    path = tmp_path / "inbox.sqlite3"
+    inbox = Inbox(100, 1 << 30, open_store(path))
+    for payload in (b"m1", b"m2"):
+        Outcomes().offer(inbox, payload)
+    await settle(inbox)
+    inbox.close()
+
+    again = Inbox(100, 1 << 30, open_store(path))
+    kept = [again.get_nowait() for _ in range(2)]
+    again.delivered(kept)
+    await settle(again)
+    Outcomes().offer(again, bytes(APART_BYTES))
+    await settle(again)
+    big = again.get_nowait()
+    assert big.id == kept[-1].id + 1
+    again.close()
+    (path.with_name(path.name + ".payloads") / str(big.id)).unlink()
+
+    for _ in range(2):  # the lost payload's row is dropped at the first start; the second finds no row at all
+        later = Inbox(100, 1 << 30, open_store(path))
+        assert len(later) == 0
+        later.close()
+    last = Inbox(100, 1 << 30, open_store(path))
+    Outcomes().offer(last, b"m4")
+    await settle(last)
+    assert last.get_nowait().id == big.id + 1
+    last.close()
+
+
 async def until_ready(inbox: Inbox) -> None:
     while inbox.journal.state is not JournalState.READY:
         await asyncio.sleep(0.01)
@@ -869,6 +902,10 @@ async def test_start_up_drops_a_row_whose_file_is_lost_and_removes_row_files_wit
     assert f"{second} holds 100 of the row's" in caplog.text and "the row is dropped" in caplog.text
     assert "removed 2 payload files" in caplog.text
     assert table_rows(path, "batches") == 1
+    Outcomes().offer(again, b"c")
+    await settle(again)
+    # The lost row's ids are not given again: 2 rows of 2 * ROW_FILE_BYTES // 1024 came before.
+    assert again.get_nowait().id == 4 * ROW_FILE_BYTES // 1024 + 1
     again.close()
 
 
