@@ -761,7 +761,8 @@ def _write_last_id(db: sqlite3.Connection, last_id: int) -> None:
     """The highest message id ever given, into the transaction under way.
 
     A commit that adds a row need not write it: that row holds the highest
-    id any client can have seen (later ids belong to refused messages), and
+    id any client can have seen (ids above it belong to refused messages,
+    or to messages a later commit adds), and
     start-up takes the highest of `meta` and the rows (_read). So only a
     commit that adds none (its deliveries may empty the row that held it),
     or whose row goes to a file of its own (a power cut may lose the file,
