@@ -43,7 +43,7 @@ COMPILED_MODULES = (
     "axl.sessions.crypto", "axl.sessions.handshake", "axl.sessions.manager",
     "axl.routing.actions", "axl.routing.frames", "axl.routing.pathfinder", "axl.routing.router",
     "axl.link.connection", "axl.link.framing", "axl.link.protocol",
-    "axl.node.core", "axl.node.inbox", "axl.node.inboxrows", "axl.node.journal",
+    "axl.node.core", "axl.node.events", "axl.node.inbox", "axl.node.inboxrows", "axl.node.journal",
     "axl.node.messages", "axl.node.msgstream", "axl.node.node", "axl.node.store",
     "axl.node.streams", "axl.node.streamsessions",
     "axl.bridge.api", "axl.bridge.front", "axl.bridge.handoff", "axl.bridge.http1",

@@ -52,6 +52,17 @@ def test_keys_spelled_other_than_in_ascii_still_match(text: str) -> None:
     assert isinstance(envelope, McpEnvelope) and envelope.service == "weather"
 
 
+@pytest.mark.parametrize("space", ["", " ", "\t", "\r\n", " \n\t "])
+def test_json_white_space_before_the_object_is_still_an_envelope(space: str) -> None:
+    envelope = mcp(space + json.dumps({"service": "weather", "request": {"id": 1, "method": "x"}}))
+    assert isinstance(envelope, McpEnvelope) and envelope.service == "weather"
+
+
+@pytest.mark.parametrize("payload", [b"\x00" * 1024, b"\x0b{}", b" [", b"  ", b"}"])
+def test_bytes_that_open_no_json_object_are_no_envelope(payload: bytes) -> None:
+    assert classify(payload, **BOTH) is None
+
+
 def test_a_json_message_naming_no_field_is_not_an_envelope() -> None:
     assert mcp(json.dumps({"topic": "votes", "data": "x" * 900})) is None
     assert isinstance(mcp('{"A2\\u0041": true, "request": {"method": "m"}}'), A2aEnvelope)

@@ -210,6 +210,8 @@ def parse_a2a_envelope(payload: bytes) -> A2aEnvelope | None:
 
 
 _OBJECT_START: Final = re.compile(rb"[ \t\r\n]*\{")
+# The bytes that may open a JSON object: "{" itself, or JSON's white space before it.
+_OBJECT_OPENERS: Final = frozenset(b" \t\r\n{")
 
 
 def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnvelope | A2aEnvelope | None:
@@ -218,7 +220,7 @@ def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnve
     Only a JSON object can be an envelope: anything else (a tensor, a file)
     is refused on its first bytes instead of being decoded whole.
     """
-    if not (mcp_enabled or a2a_enabled) or not _OBJECT_START.match(payload):
+    if not (mcp_enabled or a2a_enabled) or not _opens_object(payload):
         return None
     lowered = _lowered_if_plain(payload)
     if mcp_enabled and (lowered is None or b"service" in lowered):
@@ -228,6 +230,14 @@ def classify(payload: bytes, *, mcp_enabled: bool, a2a_enabled: bool) -> McpEnve
     if a2a_enabled and (lowered is None or b"a2a" in lowered):
         return parse_a2a_envelope(payload)
     return None
+
+
+def _opens_object(payload: bytes) -> bool:
+    """Whether `payload` starts a JSON object; its first byte settles most
+    (a tensor, a file), without a regular expression's call per message."""
+    if not payload or payload[0] not in _OBJECT_OPENERS:
+        return False
+    return payload[0] == 0x7B or _OBJECT_START.match(payload) is not None
 
 
 def _lowered_if_plain(payload: bytes) -> bytes | None:

@@ -162,12 +162,16 @@ class _Flow:
 
     A frame counts until its ack is written, not only until its fate is
     known: a client that does not read its acks stops being read too.
+    `paused` mirrors `room` (clear while paused), so that the per-frame
+    checks read a field instead of calling into asyncio.Event, once per
+    frame each way.
     """
 
     def __init__(self, board: InFlightBoard) -> None:
         self.board = board
         self.frames = 0
         self.bytes = 0
+        self.paused = False
         self.room = asyncio.Event()
         self.room.set()
         board.flows.add(self)
@@ -179,19 +183,24 @@ class _Flow:
     def add(self, size: int) -> None:
         self.frames += 1
         self.bytes += size
-        if not self.room.is_set():
+        if self.paused:
             return
         if self.frames >= WS_MAX_IN_FLIGHT:
             self.board.paused_at_frames += 1
-            self.room.clear()
+            self._pause()
         elif self.bytes >= WS_MAX_IN_FLIGHT_BYTES:
             self.board.paused_at_bytes += 1
-            self.room.clear()
+            self._pause()
+
+    def _pause(self) -> None:
+        self.paused = True
+        self.room.clear()
 
     def remove(self, size: int) -> None:
         self.frames -= 1
         self.bytes -= size
-        if self.frames < WS_MAX_IN_FLIGHT and self.bytes < WS_MAX_IN_FLIGHT_BYTES:
+        if self.paused and self.frames < WS_MAX_IN_FLIGHT and self.bytes < WS_MAX_IN_FLIGHT_BYTES:
+            self.paused = False
             self.room.set()
 
 
@@ -268,7 +277,7 @@ class StreamingSession:
 
     async def _read_client(self) -> None:
         while not self.ws.closed:
-            if not self._flow.room.is_set():
+            if self._flow.paused:
                 # Not reading is the back-pressure; a client that leaves meanwhile
                 # is still noticed, so its queued frames are dropped at once.
                 await _first_of(self._flow.room, self.gone)
@@ -332,8 +341,9 @@ class StreamingSession:
             self._finished(destination.key, number, size, started, exc)
             return
         destination.under_way += 1
+        if not self._under_way:
+            self._all_settled.clear()
         self._under_way += 1
-        self._all_settled.clear()
 
     def _settled(self, destination: _Destination, number: int, size: int, started: float,
                  error: DeliveryError | None) -> None:
@@ -357,8 +367,9 @@ class StreamingSession:
         if self.gone.is_set():
             self._flow.remove(size)
             return
+        if not self._acks:  # the writer takes them all at once, and clears the event first
+            self._acks_ready.set()
         self._acks.append((ack_text(number, status, error), size))
-        self._acks_ready.set()
 
     async def _write_acks(self) -> None:
         """Write the acks settled meanwhile, many per turn of the loop; each

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -207,8 +207,10 @@ class StreamSender:
         # seq <-> wire sequence number, of the messages that went out and are unacknowledged
         self._wire_seq: dict[int, int] = {}
         self._seq_on_wire: dict[int, int] = {}
-        # seq -> payload of every message not yet acknowledged, sent or waiting
-        self.unacked: OrderedDict[int, bytes | StreamedBody] = OrderedDict()
+        # seq -> payload of every message not yet acknowledged, sent or
+        # waiting, in the order submitted (a dict keeps it; deleting from an
+        # OrderedDict cost more per acknowledgement)
+        self.unacked: dict[int, bytes | StreamedBody] = {}
         # the waiting ones: always the highest sequence numbers, in order
         self._waiting: deque[int] = deque()
         # the message whose body is still being written, if any, and whether
@@ -545,7 +547,9 @@ class SessionRecord:
             return
         answers = self.answers
         if answers is not None:
-            if ahead >= STREAM_WINDOW:
+            if ahead == 1:  # the usual step: the one number it leaves behind
+                answers[seq % STREAM_WINDOW] = 0
+            elif ahead >= STREAM_WINDOW:
                 answers[:] = bytes(STREAM_WINDOW)
             else:
                 first = (self.taken_upto + 1) % STREAM_WINDOW
@@ -641,26 +645,35 @@ class StreamReceiver:
             # this session, then feeds b"" to read on against its answers.
             del buffer[:_HELLO.size]
             return [Hello(session_id, version)]
-        while len(buffer) - offset >= _MESSAGE.size:
-            kind, seq, length = _MESSAGE.unpack_from(buffer, offset)
+        with memoryview(buffer) as view:  # one copy of each payload, not two
+            offset = self._read_messages(view, offset, events)
+        del buffer[:offset]
+        return events
+
+    def _read_messages(self, view: memoryview, offset: int, events: list[Hello | Message | Answered]) -> int:
+        """The messages in `view` from `offset` on, into `events`; returns
+        where the unread bytes begin (a message begun and not whole becomes
+        `_body`)."""
+        record = self.record
+        assert record is not None
+        while len(view) - offset >= _MESSAGE.size:
+            kind, seq, length = _MESSAGE.unpack_from(view, offset)
             if kind != MESSAGE:
                 raise StreamError(f"unexpected frame type {kind}")
-            self.record.see(seq)
+            record.see(seq)
             if length > self.max_message_size:
                 events.append(Answered(seq, STATUS_TOO_LARGE))
                 self._skip = length
                 offset = self._skip_body(offset + _MESSAGE.size)
                 continue
             end = offset + _MESSAGE.size + length
-            with memoryview(buffer) as view:  # one copy of the payload, not two
-                payload = bytes(view[offset + _MESSAGE.size:end])
-            offset = min(end, len(buffer))
+            payload = bytes(view[offset + _MESSAGE.size:end])
+            offset = min(end, len(view))
             if offset < end:
                 self._body = _Body(seq, end - offset, [payload])
                 break
             self._complete(seq, payload, events)
-        del buffer[:offset]
-        return events
+        return offset
 
     def _take_body(self, body: _Body, data: bytes | memoryview,
                    events: list[Hello | Message | Answered]) -> bytes | memoryview | None:

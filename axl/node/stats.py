@@ -11,7 +11,6 @@ that did answer nor fills /metrics.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -40,7 +39,14 @@ class Histogram:
         self.counts = [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+        """Count `value` in the first bucket whose bound is at or above it
+        (a loop that stops early: most values fall in the first few buckets)."""
+        index = 0
+        for bound in self.bounds:
+            if value <= bound:
+                break
+            index += 1
+        self.counts[index] += 1
         self.total += value
 
     @property
