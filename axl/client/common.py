@@ -27,7 +27,7 @@ DEFAULT_WINDOW = 64
 # A /ws connection pings this often, so a node that vanished is noticed.
 HEARTBEAT_SECONDS = 30.0
 # Sends a blocking /ws stream keeps unacknowledged before start_send waits
-# (the node itself stops reading at 256 frames awaiting their ack).
+# (the node itself stops reading at 4,096 frames awaiting their ack).
 SEND_WINDOW = 1024
 # The bridge's limits (SPEC: /recv's wait, and /ws's window, WS_MAX_WINDOW): a
 # value outside them is refused here, before a request, with the reason.

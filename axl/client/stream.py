@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,7 @@ class MessageStream:
 
     One task reads the socket: it settles each send's future from its ack and
     queues deliveries. Frames to one peer arrive in the order sent. The node
-    stops reading the socket while 256 frames await their ack, so a sender that
+    stops reading the socket while 4,096 frames await their ack, so a sender that
     outruns delivery waits in ``start_send``.
     """
 
@@ -64,7 +65,10 @@ class MessageStream:
         self._reader: asyncio.Task[None] | None = None
         self._sent = 0
         self._pending: dict[int, asyncio.Future[Ack]] = {}
-        self._arrived: asyncio.Queue[Message | None] = asyncio.Queue()
+        # deliveries not yet handed out, then None once the connection ends;
+        # `arrivals` waits on `_arrival` while there are none
+        self._arrived: deque[Message | None] = deque()
+        self._arrival: asyncio.Future[None] | None = None
         self._handed_out: int | None = None
         self._done: list[int] = []
         self._ended: BridgeError | None = None
@@ -175,17 +179,31 @@ class MessageStream:
         takes each batch across threads in one go."""
         ws = self._open_socket()
         self._done.extend(handled)
-        if self._arrived.empty():
+        if not self._arrived:
             await self._send_done(ws)
-        batch = [await self._arrived.get()]
-        while batch[-1] is not None and not self._arrived.empty():
-            batch.append(self._arrived.get_nowait())
+            await self._until_arrived()
+        batch = list(self._arrived)
+        self._arrived.clear()
         if batch[-1] is not None:
             return batch
-        self._arrived.put_nowait(None)
+        self._arrived.append(None)
         if len(batch) > 1 or self._closing:
             return batch[:-1]
         raise self._ended or BridgeError(None, "the /ws connection closed", self.url)
+
+    async def _until_arrived(self) -> None:
+        while not self._arrived:
+            self._arrival = asyncio.get_running_loop().create_future()
+            try:
+                await self._arrival
+            finally:
+                self._arrival = None
+
+    def _arrive(self, item: Message | None) -> None:
+        """Queue a delivery (None: the connection ended) and wake `arrivals`."""
+        self._arrived.append(item)
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
 
     def _handled(self) -> None:
         if self._handed_out is not None:
@@ -213,9 +231,8 @@ class MessageStream:
                     self._acked(json.loads(message.data))
                 elif message.type == aiohttp.WSMsgType.BINARY:
                     data = message.data
-                    self._arrived.put_nowait(Message(data[ID_BYTES:ID_BYTES + KEY_BYTES].hex(),
-                                                     data[ID_BYTES + KEY_BYTES:],
-                                                     int.from_bytes(data[:ID_BYTES], "big")))
+                    self._arrive(Message(data[ID_BYTES:ID_BYTES + KEY_BYTES].hex(), data[ID_BYTES + KEY_BYTES:],
+                                         int.from_bytes(data[:ID_BYTES], "big")))
                 else:
                     if message.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
                         reason = (f" ({message.data}: a frame was far over the node's max_message_size, "
@@ -244,6 +261,6 @@ class MessageStream:
             if not future.done():
                 future.set_exception(unknown)
         self._pending.clear()
-        self._arrived.put_nowait(None)
+        self._arrive(None)
 
 
