@@ -44,6 +44,9 @@ WARMUP_TIMEOUT = 60.0
 PHASE_DEADLINE = 300.0
 """No phase of the bench takes longer on a working node: past it, a message is
 lost or a node is stuck, and the bench fails instead of hanging."""
+QUIET_SECONDS = 0.25
+QUIET_CPU = 0.01
+QUIET_MAX = 5.0
 BASELINE_TRIES = 3
 """Baselines are ceilings: the best of a few runs, so that a moment of load
 from elsewhere on the machine does not flatter the node's ratios."""
@@ -67,9 +70,10 @@ class Sizes:
     small_count: int
     latency_count: int
     # /ws messages per round, and rounds (the median round's rate is the figure:
-    # a round of 3,000 lasted a quarter of a second, too short to be steady)
+    # a round of 3,000 lasted a quarter of a second, too short to be steady;
+    # single rounds beside the no-op handler's gave ratios from 3.8 to 6.0)
     ws_count: int = 10_000
-    ws_rounds: int = 3
+    ws_rounds: int = 7
     # rounds of bulk to the durable receiver and to one in memory, in turn
     bulk_turns: int = 3
     # /ws rounds to each of those two, in turn, and messages per round: a
@@ -112,7 +116,7 @@ class LoopBench:
                 await self._phase("bulk", self._bulk())
                 await self._phase("durable and in memory in turn", self._in_turn())
                 await self._phase("small messages", self._small_messages())
-                await self._phase("/ws messages", self._ws_messages())
+                await self._phase("/ws messages", self._ws_messages(beside_noop=True))
                 for mode, settings in INBOX_MODES.items():
                     await self._phase(f"inbox {mode}", self._inbox_mode(mode, settings))
                 await self._phase("unknown peer", self._unknown_peer())
@@ -371,25 +375,43 @@ class LoopBench:
 
     # -- the streaming bridge ------------------------------------------------
 
-    async def _ws_messages(self, suffix: str = "") -> None:
+    async def _ws_messages(self, suffix: str = "", beside_noop: bool = False) -> None:
         """1 KiB messages n0 -> n1 over /ws, in rounds: one sending socket
         (the median round's rate of 200 acks) and one receiving stream on n1
         that marks each batch of deliveries done (`_ws_round`); each node's CPU per message until the
-        deliveries are done (the receiver's share includes handing them out), and the bench's own
-        (both clients: it shares the two cores with the nodes, so it bounds the rate too);
-        and n1's inbox commits meanwhile (their mean time, messages per commit)."""
+        deliveries are done and the nodes are quiet again (the receiver's share includes handing
+        them out), and the bench's own (both clients: it shares the two cores with the nodes, so it
+        bounds the rate too); and n1's inbox commits meanwhile (their mean time, messages per commit).
+
+        With `beside_noop`, a round of the no-op handler's requests follows each /ws round once the
+        nodes are quiet, and the ratio's no-op rate is the median of those rounds: this machine's
+        speed drifts by half within a minute, so a baseline measured minutes away says more of the
+        drift than of the node (docs/performance.md, "The /ws ratio")."""
         source, dest = self.nodes[0], self.nodes[1]
         commits_before = await self._inbox_commits(dest)
-        cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time())
+        noop = await self._child("noop-http") if beside_noop else None
         rates: list[float] = []
+        noop_rates: list[float] = []
+        cpu_used = [0.0, 0.0, 0.0]
         acked = lost = sent = 0
-        for _ in range(self.sizes.ws_rounds):
-            round_acked, elapsed, round_lost = await self._ws_round(source, dest, self.sizes.ws_count)
-            rates.append(round_acked / elapsed)
-            acked, lost, sent = acked + round_acked, lost + round_lost, sent + self.sizes.ws_count
-        cpu_used = [after - before for before, after in zip(
-            cpu_before, (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time()))]
+        try:
+            for _ in range(self.sizes.ws_rounds):
+                cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time())
+                round_acked, elapsed, round_lost = await self._ws_round(source, dest, self.sizes.ws_count)
+                await self._until_quiet(self.nodes)
+                cpu_used = [used + after - before for used, before, after in zip(
+                    cpu_used, cpu_before, (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time()))]
+                rates.append(round_acked / elapsed)
+                acked, lost, sent = acked + round_acked, lost + round_lost, sent + self.sizes.ws_count
+                if noop is not None:
+                    noop_rates.append(await self._noop_round(*noop))
+        finally:
+            if noop is not None:
+                noop[0].terminate()
+                await noop[0].wait()
         self.figures["ws_msgs_per_s" + suffix] = percentile(rates, 0.5)
+        if noop_rates:
+            self.figures["ws_noop_req_per_s" + suffix] = percentile(noop_rates, 0.5)
         self.figures["ws_cpu_sender_ms" + suffix] = cpu_used[0] / sent * 1000
         self.figures["ws_cpu_receiver_ms" + suffix] = cpu_used[1] / sent * 1000
         self.figures["ws_cpu_client_ms" + suffix] = cpu_used[2] / sent * 1000
@@ -398,6 +420,25 @@ class LoopBench:
         count, seconds = (after - before for after, before in zip(await self._inbox_commits(dest), commits_before))
         self.figures["ws_commit_ms" + suffix] = seconds / count * 1000 if count else math.nan
         self.figures["ws_per_commit" + suffix] = acked / count if count else math.nan
+
+    @staticmethod
+    async def _until_quiet(nodes: list[BenchNode]) -> None:
+        """Wait until no node uses more than QUIET_CPU of CPU over QUIET_SECONDS
+        (a receiver still commits deletions and checkpoints after a round), at
+        most QUIET_MAX seconds."""
+        deadline = time.monotonic() + QUIET_MAX
+        used = [cpu_seconds(node.pid) for node in nodes]
+        while time.monotonic() < deadline:
+            await asyncio.sleep(QUIET_SECONDS)
+            before, used = used, [cpu_seconds(node.pid) for node in nodes]
+            if all(after - earlier <= QUIET_CPU for earlier, after in zip(before, used)):
+                return
+
+    async def _noop_round(self, server: asyncio.subprocess.Process, port: object) -> float:
+        """One round of the no-op handler's requests (`_noop_requests`); its rate."""
+        async with aiohttp.ClientSession() as http:
+            rate, _ = await self._timed(server.pid, self._noop_requests(http, f"http://{LOOPBACK}:{port}/"))
+        return rate
 
     async def _ws_round(self, source: BenchNode, dest: BenchNode, count: int) -> tuple[int, float, int]:
         """One round of `count` messages: how many were acknowledged, in how
@@ -533,7 +574,8 @@ class LoopBench:
         fig["bulk3_ratio_tls"] = fig["bulk3_mbps"] / fig["raw_tls_mbps"]
         fig["small_ratio_noop"] = fig["small_msgs_per_s"] / fig["noop_req_per_s"]
         fig["noop_pairs_ratio_noop"] = fig["noop_pairs_per_s"] / fig["noop_req_per_s"]
-        fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
+        fig["ws_ratio_noop"] = fig["ws_msgs_per_s"] / fig["ws_noop_req_per_s"]
+        fig["ws_ratio_noop_end"] = fig["ws_msgs_per_s"] / fig["noop_req_per_s"]
         for mode in INBOX_MODES:
             fig[f"small_ratio_noop_inbox_{mode}"] = fig[f"small_msgs_per_s_inbox_{mode}"] / fig["noop_req_per_s"]
         # the durable inbox's price: its rates over those of the inbox in memory
