@@ -386,7 +386,7 @@ class LoopBench:
         With `beside_noop`, a round of the no-op handler's requests follows each /ws round once the
         nodes are quiet, and the ratio's no-op rate is the median of those rounds: this machine's
         speed drifts by half within a minute, so a baseline measured minutes away says more of the
-        drift than of the node (docs/performance.md, "The /ws ratio")."""
+        drift than of the node (docs/performance.md, "Reading your figures")."""
         source, dest = self.nodes[0], self.nodes[1]
         commits_before = await self._inbox_commits(dest)
         noop = await self._child("noop-http") if beside_noop else None
