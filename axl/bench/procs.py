@@ -67,6 +67,8 @@ class BenchNode:
     started_at: float = 0.0
     # config fields over the defaults (the inbox modes the bench compares)
     settings: dict = field(default_factory=dict)
+    # how long start-up and peering may take (longer under valgrind)
+    start_timeout: float = START_TIMEOUT
 
     @property
     def url(self) -> str:
@@ -120,7 +122,7 @@ class BenchNode:
 
     async def wait_bridge(self, http: aiohttp.ClientSession) -> float:
         """Seconds from spawn until GET /topology answers."""
-        deadline = self.started_at + START_TIMEOUT
+        deadline = self.started_at + self.start_timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {self.log_tail()}")
@@ -140,7 +142,7 @@ class BenchNode:
 
     async def wait_peers(self, http: aiohttp.ClientSession, keys: set[str]) -> float:
         """Seconds from spawn until every key in `keys` is an up peer."""
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if keys <= await self.up_peers(http):
                 return time.monotonic() - self.started_at

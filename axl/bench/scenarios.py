@@ -239,7 +239,7 @@ class LoopBench:
                     bulk[kind].append(await self._bulk_between(self.nodes[0], receivers[kind]))
             for turn in range(self.sizes.ws_turns):
                 for kind in sorted(receivers, reverse=turn % 2 == 1):
-                    acked, elapsed, lost = await self._ws_round(self.nodes[0], receivers[kind], self.sizes.ws_turn_count)
+                    acked, elapsed, lost = await self.ws_round(self.nodes[0], receivers[kind], self.sizes.ws_turn_count)
                     if lost:
                         raise RuntimeError(f"/ws to the {kind} receiver: {lost} acknowledged and never received")
                     ws[kind].append(acked / elapsed)
@@ -378,7 +378,7 @@ class LoopBench:
     async def _ws_messages(self, suffix: str = "", beside_noop: bool = False) -> None:
         """1 KiB messages n0 -> n1 over /ws, in rounds: one sending socket
         (the median round's rate of 200 acks) and one receiving stream on n1
-        that marks each batch of deliveries done (`_ws_round`); each node's CPU per message until the
+        that marks each batch of deliveries done (`ws_round`); each node's CPU per message until the
         deliveries are done and the nodes are quiet again (the receiver's share includes handing
         them out), and the bench's own (both clients: it shares the two cores with the nodes, so it
         bounds the rate too); and n1's inbox commits meanwhile (their mean time, messages per commit).
@@ -397,7 +397,7 @@ class LoopBench:
         try:
             for _ in range(self.sizes.ws_rounds):
                 cpu_before = (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time())
-                round_acked, elapsed, round_lost = await self._ws_round(source, dest, self.sizes.ws_count)
+                round_acked, elapsed, round_lost = await self.ws_round(source, dest, self.sizes.ws_count)
                 await self._until_quiet(self.nodes)
                 cpu_used = [used + after - before for used, before, after in zip(
                     cpu_used, cpu_before, (cpu_seconds(source.pid), cpu_seconds(dest.pid), time.process_time()))]
@@ -440,7 +440,7 @@ class LoopBench:
             rate, _ = await self._timed(server.pid, self._noop_requests(http, f"http://{LOOPBACK}:{port}/"))
         return rate
 
-    async def _ws_round(self, source: BenchNode, dest: BenchNode, count: int) -> tuple[int, float, int]:
+    async def ws_round(self, source: BenchNode, dest: BenchNode, count: int) -> tuple[int, float, int]:
         """One round of `count` messages: how many were acknowledged, in how
         many seconds, and how many of those never reached the receiving
         stream. The receiver is axl.client's MessageStream, as a user's
