@@ -4,7 +4,7 @@ valgrind's callgrind, for changes too small for a clock to see.
 On a shared machine the CPU time of a message moves by a fifth from run to
 run; a change that saves 3 % of it cannot be told from the spread. The count
 of instructions barely moves (repeated, 0.02 % for the cores, 5 % for the
-frame reader, whose memory layout changes more). Each workload runs twice under
+frame reader, whose memory layout changes more). The first two run twice under
 callgrind, with a few messages and with many, and the difference is divided
 by the difference in messages, so start-up and imports cancel out:
 
@@ -210,7 +210,7 @@ def counted(workload: str, count: int, valgrind: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m axl.bench.instructions",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("workload", nargs="?", choices=WORKLOADS, help="count only this one (default: both)")
+    parser.add_argument("workload", nargs="?", choices=WORKLOADS, help="count only this one (default: all)")
     parser.add_argument("--run", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run:
