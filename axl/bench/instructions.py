@@ -142,7 +142,7 @@ class CountedNode(BenchNode):
         if done.returncode != 0:
             raise SystemExit(f"axl.bench.instructions: callgrind_control {flag} failed for {self.name}")
 
-    def counted(self) -> int:
+    def instructions_dumped(self) -> int:
         """The instructions of the last dump (callgrind numbers each: `<file>.1`, ...)."""
         dumps = sorted(self.workdir.glob(f"{self.name}.callgrind.*"), key=lambda path: int(path.suffix[1:]))
         for line in dumps[-1].read_text().splitlines() if dumps else ():
@@ -180,7 +180,8 @@ async def _ws_nodes(workdir: Path, valgrind: str | None) -> tuple[int, int] | No
                 return None
             for node in bench.nodes:
                 node.control("-d")
-            return sender.counted() // (WS_ROUNDS * WS_ROUND), receiver.counted() // (WS_ROUNDS * WS_ROUND)
+            return (sender.instructions_dumped() // (WS_ROUNDS * WS_ROUND),
+                    receiver.instructions_dumped() // (WS_ROUNDS * WS_ROUND))
         finally:
             for node in bench.nodes:
                 node.stop()
